@@ -1,0 +1,442 @@
+"""Losses and advantage estimators for post-training, written as plain functions on tensors.
+
+Nothing in this file knows about models, tokenizers or trainers: every function takes the
+numbers the lecture writes down (log-probabilities, rewards, values) and returns the
+quantity on the slide. Each docstring states the equation in the lecture's notation and the
+body computes it term by term.
+
+Notation
+--------
+p_θ       the policy being trained          logp      log p_θ(y_t | x, y_<t)
+p_θold    the policy that sampled the data  old_logp  log p_θold(y_t | x, y_<t)
+p_ref     the frozen reference model        ref_logp  log p_ref(y_t | x, y_<t)
+r_t(θ)    p_θ / p_θold, the probability ratio of token t
+Â         advantage, ε clip range, β KL coefficient, G group size, V(s_t) value
+
+Shapes and masks
+----------------
+B is the number of sequences (completions) in the batch, T the number of response positions.
+Per-token tensors are (B, T); per-sequence tensors are (B,). ``mask`` is a (B, T) float or
+bool tensor that is 1/True on real response tokens and 0/False on padding. Padding can hold
+anything, even inf or NaN: every function first overwrites padded entries with 0 using
+``torch.where`` (a multiplication would turn ``0 * inf`` into NaN), so padding never changes a
+value, and the gradient that flows back into a padded entry is exactly 0.
+
+Sign conventions
+----------------
+* ``*_loss`` functions return something to MINIMISE (the negated objective, for losses built
+  from an objective). Those that also return ``stats`` give a dict of python floats for logging.
+* ``clipped_surrogate`` returns the PPO objective, something to MAXIMISE, elementwise.
+* ``*_advantages`` and ``gae`` return advantages; ``kl_k*`` return per-token KL estimates.
+* Advantages passed into a loss are treated as constants (detached): the gradient flows only
+  through the policy's log-probabilities.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+AGGREGATIONS = ("seq-sum", "seq-mean", "token-mean", "constant")
+GRPO_SCALES = ("group", "batch", "none")
+DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+def _check_same_shape(**tensors: Tensor | None) -> None:
+    """Raise a ValueError listing every argument and its shape unless all shapes agree."""
+    shapes = {name: tuple(t.shape) for name, t in tensors.items() if t is not None}
+    if len(set(shapes.values())) > 1:
+        listing = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
+        raise ValueError(f"shape mismatch: {listing} must all have the same shape")
+
+
+def _check_positive(name: str, value: float, allow_zero: bool = False) -> None:
+    ok = value >= 0 if allow_zero else value > 0  # written so that NaN fails too
+    if not ok:
+        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+
+
+def _check_interval(name: str, value: float, low: float, high: float) -> None:
+    if not low <= value <= high:
+        raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(choices)}")
+
+
+def _grouped(rewards: Tensor, group_size: int) -> Tensor:
+    """Check a (B,) reward vector and reshape it to (B / G, G): one row per prompt."""
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D (B,), got shape {tuple(rewards.shape)}")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf")
+    if not isinstance(group_size, int) or group_size < 2 or rewards.numel() % group_size:
+        raise ValueError(
+            f"group_size must be an int >= 2 that divides the batch size {rewards.numel()}, "
+            f"got {group_size!r}"
+        )
+    return rewards.view(-1, group_size)
+
+
+def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """Replace padded entries with 0 (torch.where, so inf/NaN there cannot leak into gradients).
+    A None passes through unchanged."""
+    keep = mask.bool()
+    return tuple(None if t is None else torch.where(keep, t, torch.zeros_like(t)) for t in tensors)
+
+
+def _per_token_advantages(advantages: Tensor, mask: Tensor) -> Tensor:
+    """Accept (B,) sequence-level or (B, T) token-level advantages; return a detached (B, T)."""
+    if advantages.dim() == 1 and advantages.shape[0] == mask.shape[0]:
+        advantages = advantages[:, None].expand_as(mask)  # (B,) -> (B, T)
+    _check_same_shape(advantages=advantages, mask=mask)
+    return advantages.detach()
+
+
+# ----------------------------------------------------------------------------- masked reductions
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Σ_t mask_t · x_t over ``dim`` (all entries when dim is None); padded x never contributes."""
+    _check_same_shape(x=x, mask=mask)
+    x = torch.where(mask.bool(), x, torch.zeros_like(x))
+    return x.sum() if dim is None else x.sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Σ mask·x / Σ mask over ``dim``. A row with no real tokens gives 0 instead of 0/0 = NaN."""
+    count = mask.bool().sum() if dim is None else mask.bool().sum(dim)
+    return masked_sum(x, mask, dim) / count.clamp_min(1)
+
+
+def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
+    """Standardise the real entries of x to mean 0 and std 1 (PPO's optional advantage whitening).
+
+        x̂ = (x - μ) / sqrt(σ² + eps),  μ, σ² = mean and sample variance over the real tokens
+
+    The variance uses Bessel's correction (divide by n - 1), the same choice as
+    ``grpo_advantages``. Padded entries of the output are 0.
+    """
+    (x,) = _zero_padding(mask, x)
+    mu = masked_mean(x, mask)
+    n = mask.bool().sum().clamp_min(2)
+    var = masked_sum((x - mu) ** 2, mask) / (n - 1)
+    (whitened,) = _zero_padding(mask, (x - mu) * torch.rsqrt(var + eps))
+    return whitened
+
+
+def aggregate(per_token: Tensor, mask: Tensor, aggregation: str) -> Tensor:
+    """Reduce a (B, T) per-token quantity to a scalar. |y_i| = number of real tokens in row i.
+
+        "seq-sum"    (1/B) Σ_i Σ_t x_i,t              sum inside a sequence, mean over sequences
+        "seq-mean"   (1/B) Σ_i (1/|y_i|) Σ_t x_i,t    mean inside a sequence (GRPO paper)
+        "token-mean" Σ_i Σ_t x_i,t / Σ_i |y_i|        every real token in the batch weighs the same
+        "constant"   Σ_i Σ_t x_i,t / (B · T_max)      fixed normaliser (Dr. GRPO); T_max = T
+
+    "constant" divides by the padded width T, so it is meant for batches padded to the
+    generation budget (max_new_tokens); extra padding columns rescale it by T / T'.
+    """
+    _check_choice("aggregation", aggregation, AGGREGATIONS)
+    if aggregation == "seq-sum":
+        return masked_sum(per_token, mask, dim=-1).mean()
+    if aggregation == "seq-mean":
+        return masked_mean(per_token, mask, dim=-1).mean()
+    if aggregation == "token-mean":
+        return masked_mean(per_token, mask)
+    return masked_sum(per_token, mask) / per_token.numel()
+
+
+# ----------------------------------------------------------------------------- KL estimators
+
+
+def kl_k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k1 = log p_θ(y_t) - log p_ref(y_t). Unbiased for KL(p_θ || p_ref) when y_t ~ p_θ,
+    but high variance and often negative for a single token. Returns (B, T)."""
+    _check_same_shape(logp=logp, ref_logp=ref_logp)
+    return logp - ref_logp
+
+
+def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k2 = ½ (log p_θ(y_t) - log p_ref(y_t))². Never negative and low variance, but BIASED:
+    its expectation matches KL(p_θ || p_ref) only to second order. Returns (B, T)."""
+    return 0.5 * kl_k1(logp, ref_logp) ** 2
+
+
+def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k3 = p_ref/p_θ - log(p_ref/p_θ) - 1 with y_t ~ p_θ. Unbiased (E[p_ref/p_θ] = 1) and never
+    negative (e^d ≥ 1 + d). With d = log p_ref - log p_θ it is e^d - 1 - d, computed as
+    expm1(d) - d, which stays accurate when d is tiny. Returns (B, T)."""
+    _check_same_shape(logp=logp, ref_logp=ref_logp)
+    d = ref_logp - logp
+    return torch.expm1(d) - d
+
+
+# ----------------------------------------------------------------------------- REINFORCE / RLOO
+
+
+def reinforce_loss(logp: Tensor, advantages: Tensor, mask: Tensor, aggregation: str = "seq-sum") -> Tensor:
+    """Policy-gradient surrogate L(θ) = -E[Â · log p_θ(y|x)], whose gradient is the REINFORCE
+    estimate -E[(R - b) ∇_θ log p_θ(y|x)] when Â = R - b.
+
+    By default ("seq-sum") the token log-probs of a sequence are summed, which gives
+    log p_θ(y|x) = Σ_t log p_θ(y_t|x, y_<t), and the result is averaged over the B sequences:
+        L = -(1/B) Σ_i Σ_t Â_i,t log p_θ(y_i,t | x_i, y_i,<t)
+    ``advantages`` is (B,) (one Â per sequence, broadcast over its tokens) or (B, T).
+    Other ``aggregation`` choices are listed in ``aggregate``.
+    """
+    _check_same_shape(logp=logp, mask=mask)
+    advantages = _per_token_advantages(advantages, mask)  # (B, T)
+    logp, advantages = _zero_padding(mask, logp, advantages)
+    return -aggregate(advantages * logp, mask, aggregation)
+
+
+def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
+    """REINFORCE Leave-One-Out: each completion's baseline is the mean reward of the OTHER G - 1
+    completions of the same prompt, so it does not depend on the completion itself:
+
+        Â_i = R_i - (1 / (G - 1)) Σ_{j ≠ i} R_j
+
+    ``rewards`` is (B,), laid out as B / G consecutive groups of ``group_size`` = G completions
+    of one prompt each. Returns (B,); each group's advantages sum to 0.
+    """
+    R = _grouped(rewards, group_size)  # (B/G, G)
+    baseline = (R.sum(dim=1, keepdim=True) - R) / (group_size - 1)  # mean over j ≠ i
+    return (R - baseline).reshape(-1)
+
+
+# ----------------------------------------------------------------------------- PPO
+
+
+def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over the response tokens, right-padded (B, T).
+
+        δ_t = r_t + γ V(s_{t+1}) - V(s_t)           V after the last real token is 0 (terminal)
+        Â_t = Σ_l (γλ)^l δ_{t+l} = δ_t + γλ Â_{t+1}
+        returns_t = Â_t + V(s_t)                     the value-function target
+
+    λ = 0 gives the one-step TD error, λ = 1 the discounted return minus V(s_t).
+    Returns (advantages, returns), both (B, T) with zeros at padded positions.
+    """
+    _check_same_shape(rewards=rewards, values=values, mask=mask)
+    _check_interval("gamma", gamma, 0.0, 1.0)
+    _check_interval("lam", lam, 0.0, 1.0)
+    rewards, values = _zero_padding(mask, rewards, values)  # padding: r = 0, V = 0
+    next_value = torch.zeros_like(values[:, 0])  # (B,) V(s_T) = 0
+    next_adv = torch.zeros_like(values[:, 0])  # (B,)
+    advantages = []
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]  # δ_t
+        (next_adv,) = _zero_padding(mask[:, t], delta + gamma * lam * next_adv)  # Â_t
+        next_value = values[:, t]
+        advantages.append(next_adv)
+    advantages = torch.stack(advantages[::-1], dim=1)  # (B, T)
+    (returns,) = _zero_padding(mask, advantages + values)
+    return advantages, returns
+
+
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps: float) -> Tensor:
+    """PPO's clipped objective, elementwise, to MAXIMISE (broadcasts like ``ratio * advantages``):
+
+        min( r_t(θ) Â_t,  clip(r_t(θ), 1 - ε, 1 + ε) Â_t )
+
+    Where the clipped term is the smaller one the result is constant in r, so its gradient is 0.
+    """
+    _check_positive("eps", eps)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - eps, 1 + eps) * advantages
+    return torch.minimum(unclipped, clipped)
+
+
+def _clipped_fraction(ratio: Tensor, advantages: Tensor, eps: float, mask: Tensor) -> float:
+    """Fraction of real tokens where clipping is active: Â > 0 and r > 1 + ε, or Â < 0 and r < 1 - ε."""
+    active = ((advantages > 0) & (ratio > 1 + eps)) | ((advantages < 0) & (ratio < 1 - eps))
+    return masked_mean(active.float(), mask).item()
+
+
+def ppo_clip_loss(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO clipped policy loss, averaged over all real tokens of the batch:
+
+        L(θ) = -E_t[ min( r_t(θ) Â_t, clip(r_t(θ), 1 - ε, 1 + ε) Â_t ) ],
+        r_t(θ) = p_θ(y_t|x, y_<t) / p_θold(y_t|x, y_<t) = exp(logp - old_logp)
+
+    ``advantages`` is (B, T) or (B,). stats: ``clip_frac`` (fraction of real tokens whose gradient
+    is zeroed by the clip), ``approx_kl`` (k3 estimate of KL(p_θold || p_θ), samples came from
+    p_θold), ``ratio_mean``.
+    """
+    _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
+    advantages = _per_token_advantages(advantages, mask)  # (B, T)
+    logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
+    ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
+    loss = -masked_mean(clipped_surrogate(ratio, advantages, eps), mask)
+    with torch.no_grad():
+        stats = {
+            "clip_frac": _clipped_fraction(ratio, advantages, eps, mask),
+            "approx_kl": masked_mean(kl_k3(old_logp, logp), mask).item(),
+            "ratio_mean": masked_mean(ratio, mask).item(),
+        }
+    return loss, stats
+
+
+def value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float | None = None
+) -> Tensor:
+    """Squared-error loss for the value head, averaged over real tokens:
+
+        L_V = ½ E_t[ (V(s_t) - R_t)² ]                                          (clip=None)
+        L_V = ½ E_t[ max( (V - R_t)², (V_old + clip(V - V_old, -c, c) - R_t)² ) ]  (clip=c)
+
+    The clipped form (PPO's value clipping) stops V moving more than c away from the values
+    V_old recorded at rollout time; taking the max keeps the more pessimistic error.
+    """
+    _check_same_shape(values=values, old_values=old_values, returns=returns, mask=mask)
+    values, old_values, returns = _zero_padding(mask, values, old_values, returns)
+    squared_error = (values - returns) ** 2  # (B, T)
+    if clip is not None:
+        _check_positive("clip", clip)
+        clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
+        squared_error = torch.maximum(squared_error, (clipped_values - returns) ** 2)
+    return 0.5 * masked_mean(squared_error, mask)
+
+
+# ----------------------------------------------------------------------------- GRPO
+
+
+def grpo_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
+    """Group-relative advantages: compare each completion with the others of its prompt.
+
+        Â_i = (R_i - mean(R_group)) / std(R_group)        scale="group" (GRPO)
+        Â_i = (R_i - mean(R_group)) / std(R_batch)        scale="batch"
+        Â_i =  R_i - mean(R_group)                        scale="none"  (Dr. GRPO)
+
+    std is the SAMPLE standard deviation (divide by G - 1, torch.std's default). The GRPO paper
+    does not say which one it means; TRL's GRPOTrainer uses torch.std, and we match it so the two
+    can be cross-checked. A group whose std is below ``eps`` counts as constant: all its
+    completions are equally good, there is nothing to learn, and its advantages are exactly 0.
+    This also stops float noise (rewards 1, 1 + 1e-7, ...) from being divided by a tiny std
+    and blown up into ±1-sized advantages. ``rewards`` is (B,) in consecutive groups of G.
+    """
+    _check_choice("scale", scale, GRPO_SCALES)
+    _check_positive("eps", eps)
+    R = _grouped(rewards, group_size)  # (B/G, G)
+    centred = R - R.mean(dim=1, keepdim=True)  # R_i - mean(group)
+    group_std = R.std(dim=1, keepdim=True)  # (B/G, 1), sample std
+    if scale == "group":
+        centred = centred / group_std.clamp_min(eps)
+    elif scale == "batch":
+        centred = centred / rewards.std().clamp_min(eps)
+    constant = group_std < eps  # (B/G, 1)
+    return torch.where(constant, torch.zeros_like(centred), centred).reshape(-1)
+
+
+def grpo_loss(
+    logp: Tensor,
+    old_logp: Tensor,
+    ref_logp: Tensor | None,
+    advantages: Tensor,
+    mask: Tensor,
+    eps: float,
+    beta: float,
+    aggregation: str = "seq-mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """GRPO loss: PPO's clipped objective with one advantage per sequence and a k3 KL penalty.
+
+        J_t = min( r_t Â_i, clip(r_t, 1 - ε, 1 + ε) Â_i ) - β · k3_t,
+        k3_t = p_ref/p_θ - log(p_ref/p_θ) - 1,     L = -aggregate(J)
+
+    ``advantages`` is (B,). ``aggregation`` (see ``aggregate``) decides how tokens are weighted:
+    * "seq-mean" (GRPO paper): each sequence counts once, so a token of a length-|y| answer
+      gets weight 1/|y|. A short correct answer gets a strong per-token push up, while a long
+      wrong answer spreads its penalty thin: wrong answers are nudged to grow longer.
+    * "token-mean" (DAPO): every real token in the batch has the same weight; no per-sequence
+      length bias, though the weight still depends on the total tokens in the batch.
+    * "constant" (Dr. GRPO): divide by the fixed B · T_max, removing the length dependence.
+    With β = 0 the KL term is skipped and ``ref_logp`` may be None. stats: ``clip_frac``,
+    ``ratio_mean`` and, when ``ref_logp`` is given, ``kl`` (mean k3 over real tokens).
+    """
+    _check_positive("beta", beta, allow_zero=True)
+    if beta > 0 and ref_logp is None:
+        raise ValueError("ref_logp is required when beta > 0")
+    _check_same_shape(logp=logp, old_logp=old_logp, ref_logp=ref_logp, mask=mask)
+    if advantages.shape != mask.shape[:1]:
+        raise ValueError(f"advantages must be (B,) = {tuple(mask.shape[:1])}, got {tuple(advantages.shape)}")
+    advantages = _per_token_advantages(advantages, mask)  # (B,) -> (B, T)
+    logp, old_logp, ref_logp, advantages = _zero_padding(mask, logp, old_logp, ref_logp, advantages)
+    ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
+    objective = clipped_surrogate(ratio, advantages, eps)  # (B, T)
+    kl = None if ref_logp is None else kl_k3(logp, ref_logp)  # (B, T) k3_t
+    if beta > 0:
+        objective = objective - beta * kl
+    loss = -aggregate(objective, mask, aggregation)
+    with torch.no_grad():
+        stats = {
+            "clip_frac": _clipped_fraction(ratio, advantages, eps, mask),
+            "ratio_mean": masked_mean(ratio, mask).item(),
+        }
+        if kl is not None:
+            stats["kl"] = masked_mean(kl, mask).item()
+    return loss, stats
+
+
+# ----------------------------------------------------------------------------- preferences
+
+
+def dpo_loss(
+    policy_chosen_logps: Tensor,
+    policy_rejected_logps: Tensor,
+    ref_chosen_logps: Tensor,
+    ref_rejected_logps: Tensor,
+    beta: float,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Direct preference optimisation on (B,) sequence log-probs of chosen y_w and rejected y_l.
+
+        h = [log p_θ(y_w|x) - log p_ref(y_w|x)] - [log p_θ(y_l|x) - log p_ref(y_l|x)]
+        "sigmoid": -(1 - ls) log σ(β h) - ls log σ(-β h)    DPO; ls > 0 = conservative DPO
+        "ipo":     (h - 1 / (2β))²                          IPO (Azar et al.)
+        "hinge":   max(0, 1 - β h)                          SLiC-style hinge
+
+    ``label_smoothing`` (ls) assumes a fraction ls of the labels are flipped; it applies to
+    "sigmoid" only. Returns per-pair losses (B,) and the implicit rewards β log(p_θ/p_ref) of the
+    chosen and rejected answers, both (B,) and detached (for logging, as TRL does).
+    """
+    _check_same_shape(
+        policy_chosen_logps=policy_chosen_logps,
+        policy_rejected_logps=policy_rejected_logps,
+        ref_chosen_logps=ref_chosen_logps,
+        ref_rejected_logps=ref_rejected_logps,
+    )
+    _check_positive("beta", beta)
+    _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
+    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
+    if label_smoothing and loss_type != "sigmoid":
+        raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
+    chosen_logratio = policy_chosen_logps - ref_chosen_logps  # log p_θ(y_w)/p_ref(y_w)
+    rejected_logratio = policy_rejected_logps - ref_rejected_logps  # log p_θ(y_l)/p_ref(y_l)
+    h = chosen_logratio - rejected_logratio  # (B,)
+    if loss_type == "sigmoid":
+        losses = -(1 - label_smoothing) * F.logsigmoid(beta * h) - label_smoothing * F.logsigmoid(-beta * h)
+    elif loss_type == "ipo":
+        losses = (h - 1 / (2 * beta)) ** 2
+    else:
+        losses = torch.relu(1 - beta * h)
+    return losses, beta * chosen_logratio.detach(), beta * rejected_logratio.detach()
+
+
+def bradley_terry_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> Tensor:
+    """Reward-model loss under the Bradley-Terry model P(y_w ≻ y_l) = σ(RM(x, y_w) - RM(x, y_l)):
+
+        L = -E[ log σ(RM(x, y_w) - RM(x, y_l)) ]     mean over the B pairs
+
+    ``logsigmoid`` stays finite for large negative margins where log(sigmoid(.)) gives -inf.
+    """
+    _check_same_shape(chosen_scores=chosen_scores, rejected_scores=rejected_scores)
+    return -F.logsigmoid(chosen_scores - rejected_scores).mean()
