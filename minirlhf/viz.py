@@ -1,0 +1,293 @@
+"""Matplotlib figures for the notebooks and explorers.
+
+Every function returns a closed `matplotlib.figure.Figure`: Jupyter shows a returned figure once, nothing
+stays open in pyplot, and the same code runs headless (Agg) in tests. The curves are never re-derived
+here: they come from `minirlhf.losses` and `minirlhf.toy`, so a plot shows what the library computes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from minirlhf import losses, toy
+
+WIDTH = 9.0  # inches: every figure has this width
+HEIGHT = 3.6  # inches per row of panels
+LECTURE_RATIOS = (0.5, 1.0, 1.5)  # the r_t values in the lecture's clipping tables
+LECTURE_MARGIN = 2.1  # the DPO quiz: log-ratios 0.1 (chosen) and -2.0 (rejected)
+
+
+def new_figure(ncols: int = 1, nrows: int = 1) -> tuple[Figure, np.ndarray]:
+    """A WIDTH-wide figure with an (nrows, ncols) array of axes, already detached from pyplot."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, HEIGHT * nrows), squeeze=False)
+    plt.close(fig)
+    return fig, axes
+
+
+def _finish(fig: Figure, title: str) -> Figure:
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# PPO
+# ---------------------------------------------------------------------------------------------------------
+
+
+def plot_clip(eps: float = 0.2, ratios: Sequence[float] = LECTURE_RATIOS, r_max: float = 2.0) -> Figure:
+    """min(r Â, clip(r, 1-ε, 1+ε) Â) against r for Â = +1 and Â = -1.
+
+    Shaded: ratios where the derivative is zero (clipping has switched the gradient off).
+    Dots: the lecture's table rows (r = 0.5, 1.0, 1.5), evaluated at the current ε.
+    """
+    fig, axes = new_figure(ncols=2)
+    r = np.linspace(0.0, r_max, 401)
+    for ax, advantage in zip(axes[0], (1.0, -1.0), strict=True):
+        objective, grad = toy.clip_curve(r, advantage, eps)
+        ax.plot(r, r * advantage, "--", color="gray", lw=1, label="unclipped r·Â")
+        ax.plot(r, objective.numpy(), color="C0", lw=2, label="min(r·Â, clip(r)·Â)")
+        ax.fill_between(r, 0, 1, where=(grad == 0).numpy(), transform=ax.get_xaxis_transform(),
+                        color="C3", alpha=0.15, label="zero gradient")
+        points, _ = toy.clip_curve(ratios, advantage, eps)
+        ax.plot(ratios, points.numpy(), "o", color="C1", label="table rows")
+        for x, y in zip(ratios, points.tolist(), strict=True):
+            ax.annotate(f"{y:+.2f}", (x, y), textcoords="offset points", xytext=(4, 6), fontsize=8)
+        for edge in (1 - eps, 1 + eps):
+            ax.axvline(edge, color="gray", lw=0.8, ls=":")
+        ax.set_title(f"Â = {advantage:+.0f}")
+        ax.set_xlabel("ratio r = p_θ / p_θold")
+        ax.set_xlim(0, r_max)
+    axes[0, 0].set_ylabel("objective (maximised)")
+    axes[0, 0].legend(fontsize=8, loc="upper left")
+    return _finish(fig, f"PPO clipped surrogate, ε = {eps:.2f}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# KL-regularised objective
+# ---------------------------------------------------------------------------------------------------------
+
+
+def plot_optimal_policy(beta: float, p_ref: Sequence[float] | torch.Tensor | None = None,
+                        rewards: Sequence[float] | torch.Tensor | None = None,
+                        labels: Sequence[str] | None = None) -> Figure:
+    """Bars of p_ref and p* = p_ref exp(R/β)/Z per response (defaults: toy.toy_bandit()), with
+    E_p*[R] and KL(p* ‖ p_ref) in the title."""
+    default_labels, default_p_ref, default_rewards = toy.toy_bandit()
+    p_ref = toy.as_tensor(default_p_ref if p_ref is None else p_ref)
+    rewards = toy.as_tensor(default_rewards if rewards is None else rewards)
+    if labels is None:
+        labels = default_labels if len(p_ref) == len(default_labels) else [str(i) for i in range(len(p_ref))]
+    p_star = toy.optimal_policy(p_ref, rewards, beta)
+
+    fig, axes = new_figure()
+    ax: Axes = axes[0, 0]
+    x = np.arange(len(p_ref))
+    ax.bar(x - 0.2, p_ref.numpy(), width=0.4, color="gray", label="p_ref")
+    ax.bar(x + 0.2, p_star.numpy(), width=0.4, color="C0", label="p*")
+    ticks = [f"{name}\nR = {reward:+.1f}" for name, reward in zip(labels, rewards.tolist(), strict=True)]
+    ax.set_xticks(x, ticks)
+    ax.set_ylabel("probability")
+    ax.set_ylim(0, 1)
+    ax.legend()
+    reward = float(toy.expected_reward(p_star, rewards))
+    kl = float(toy.exact_kl(p_star, p_ref))
+    return _finish(fig, f"β = {beta:.2f}: E_p*[R] = {reward:.3f}, KL(p* ‖ p_ref) = {kl:.3f}")
+
+
+def plot_kl_estimators(study: toy.KLEstimatorStudy, title: str | None = None) -> Figure:
+    """Bias (left) and standard deviation (right) of the N-sample k1/k2/k3 estimates against N."""
+    fig, axes = new_figure(ncols=2)
+    ax_bias, ax_std = axes[0]
+    for name in study.mean:
+        ax_bias.plot(study.sample_sizes, study.bias[name], "o-", label=name)
+        ax_std.plot(study.sample_sizes, study.std[name], "o-", label=name)
+    ax_bias.axhline(0, color="gray", lw=0.8)
+    ax_bias.set_ylabel("bias (mean estimate - exact KL)")
+    ax_std.set_ylabel("std of the estimate")
+    ax_std.set_yscale("log")
+    for ax in (ax_bias, ax_std):
+        ax.set_xscale("log")
+        ax.set_xlabel("samples N")
+        ax.legend(fontsize=8)
+    return _finish(fig, title or f"KL estimators, exact KL = {study.exact:.4f}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GAE
+# ---------------------------------------------------------------------------------------------------------
+
+
+def plot_gae(gamma: float, lam: float, trajectory: toy.ToyTrajectory | None = None) -> Figure:
+    """Per-token GAE advantages Â_t (bars), returns and critic values (lines), rewards (crosses)."""
+    traj = trajectory or toy.toy_trajectory()
+    advantages, returns = toy.toy_gae(gamma, lam, traj)
+    t = np.arange(advantages.shape[0])
+    fig, axes = new_figure()
+    ax: Axes = axes[0, 0]
+    ax.bar(t, advantages.numpy(), color="C0", alpha=0.7, label="advantage Â_t")
+    ax.plot(t, returns.numpy(), "o-", color="C2", label="return Â_t + V(s_t)")
+    ax.plot(t, traj.values[0].numpy(), "s--", color="gray", label="value V(s_t)")
+    ax.plot(t, traj.rewards[0].numpy(), "x", color="C3", ms=8, label="reward r_t")
+    ax.axhline(0, color="black", lw=0.6)
+    ax.set_xlabel("token t")
+    ax.set_xticks(t)
+    ax.legend(fontsize=8, loc="best")
+    return _finish(fig, f"GAE, γ = {gamma:.2f}, λ = {lam:.2f}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DPO
+# ---------------------------------------------------------------------------------------------------------
+
+
+def dpo_curves(beta: float, margins: Sequence[float] | np.ndarray,
+               loss_type: str = "sigmoid") -> tuple[np.ndarray, np.ndarray]:
+    """DPO loss and its gradient weight at each log-ratio margin h = log p_θ/p_ref(y_w) - log p_θ/p_ref(y_l).
+
+    The weight is -(1/β) dL/dh, by autograd through losses.dpo_loss; for the sigmoid loss it equals
+    σ(-β h): pairs the model already ranks correctly by a wide margin barely move it.
+    """
+    h = toy.as_tensor(margins).clone().requires_grad_(True)
+    zeros = torch.zeros_like(h)
+    loss, _, _ = losses.dpo_loss(h, zeros, zeros, zeros, beta, loss_type=loss_type)
+    (grad,) = torch.autograd.grad(loss.sum(), h)
+    return loss.detach().numpy(), (-grad / beta).numpy()
+
+
+def plot_dpo(beta: float, margin_range: tuple[float, float] = (-6.0, 6.0),
+             quiz_margin: float = LECTURE_MARGIN, loss_types: Sequence[str] = ("sigmoid",)) -> Figure:
+    """DPO loss (left) and gradient weight σ(-β h) (right) against the log-ratio margin h,
+    with the lecture's quiz pair (h = 0.1 - (-2.0) = 2.1) marked."""
+    h = np.linspace(*margin_range, 401)
+    fig, axes = new_figure(ncols=2)
+    ax_loss, ax_weight = axes[0]
+    for i, loss_type in enumerate(loss_types):
+        loss, weight = dpo_curves(beta, h, loss_type)
+        ax_loss.plot(h, loss, color=f"C{i}", label=loss_type)
+        ax_weight.plot(h, weight, color=f"C{i}", label=loss_type)
+        quiz_loss, quiz_weight = dpo_curves(beta, [quiz_margin], loss_type)
+        ax_loss.plot([quiz_margin], quiz_loss, "o", color="C3")
+        ax_weight.plot([quiz_margin], quiz_weight, "o", color="C3")
+    ax_loss.set_ylabel("loss")
+    ax_weight.set_ylabel("gradient weight -(1/β) dL/dh")
+    for ax in (ax_loss, ax_weight):
+        ax.axvline(quiz_margin, color="C3", lw=0.8, ls=":", label=f"quiz pair, h = {quiz_margin:g}")
+        ax.set_xlabel("log-ratio margin h (implicit reward gap = β·h)")
+        ax.legend(fontsize=8)
+    return _finish(fig, f"DPO, β = {beta:.2f}: quiz pair h = {quiz_margin:g}, β·h = {beta * quiz_margin:.3f}")
+
+
+def plot_logps(history: Sequence[dict], chosen_key: str = "logps/chosen",
+               rejected_key: str = "logps/rejected") -> Figure:
+    """Chosen and rejected log-probs during DPO training; the title reports how much each moved.
+
+    A falling chosen curve next to a plunging rejected one is the "what not to say" failure mode.
+    """
+    fig, axes = new_figure()
+    ax: Axes = axes[0, 0]
+    moves = []
+    for key, color in ((chosen_key, "C2"), (rejected_key, "C3")):
+        steps, values = _series(history, key)
+        ax.plot(steps, values, color=color, label=key)
+        if len(values):
+            moves.append(f"{key} {values[-1] - values[0]:+.2f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("log p_θ(y|x)")
+    ax.legend()
+    return _finish(fig, "DPO log-probs, change: " + ", ".join(moves) if moves else "DPO log-probs")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GRPO
+# ---------------------------------------------------------------------------------------------------------
+
+
+def plot_group_noise(p_correct: float, G: int, group_sizes: Iterable[int] = (2, 4, 8, 16, 32, 64),
+                     n_trials: int = 4000, seed: int = 0) -> Figure:
+    """Left: spread of the group-mean baseline against G (simulated and sqrt(p(1-p)/G)).
+    Right: fraction of groups with no learning signal (all rewards equal), p^G + (1-p)^G.
+    The current G is highlighted."""
+    sizes = sorted(set(group_sizes) | {G})
+    studies = [toy.group_baseline_noise(p_correct, g, n_trials, seed) for g in sizes]
+    current = studies[sizes.index(G)]
+    fig, axes = new_figure(ncols=2)
+    ax_std, ax_zero = axes[0]
+    ax_std.plot(sizes, [s.baseline_std for s in studies], "o-", label="simulated")
+    ax_std.plot(sizes, [s.baseline_std_theory for s in studies], "--", color="gray", label="√(p(1-p)/G)")
+    ax_std.plot([G], [current.baseline_std], "o", ms=12, mfc="none", color="C3", label=f"G = {G}")
+    ax_std.set_ylabel("std of the group-mean baseline")
+    ax_zero.plot(sizes, [s.zero_signal for s in studies], "o-", label="simulated")
+    ax_zero.plot(sizes, [s.zero_signal_theory for s in studies], "--", color="gray", label="p^G + (1-p)^G")
+    ax_zero.plot([G], [current.zero_signal], "o", ms=12, mfc="none", color="C3", label=f"G = {G}")
+    ax_zero.set_ylabel("groups with all Â_i = 0")
+    for ax in (ax_std, ax_zero):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(g) for g in sizes])
+        ax.set_xlabel("group size G")
+        ax.legend(fontsize=8)
+    return _finish(fig, f"GRPO group baseline, G = {G}, P(correct) = {p_correct:.2f}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Training curves
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _series(history: Sequence[dict], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of the rows that logged `key` (missing, None and NaN entries skipped)."""
+    steps, values = [], []
+    for row in history:
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        steps.append(row["step"])
+        values.append(float(value))
+    return steps, values
+
+
+def plot_history(history: Sequence[dict], keys: Sequence[str], title: str | None = None,
+                 ncols: int = 3) -> Figure:
+    """One panel per metric, values against "step". Rows of `history` are dicts such as
+    {"step": 10, "loss": 0.7, "eval/accuracy": 0.4}; a metric missing from a row is simply skipped."""
+    ncols = max(1, min(ncols, len(keys)))
+    nrows = math.ceil(len(keys) / ncols)
+    fig, axes = new_figure(ncols=ncols, nrows=nrows)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        steps, values = _series(history, key)
+        ax.plot(steps, values, "o-" if len(values) < 30 else "-", ms=3)
+        ax.set_title(f"{key} = {values[-1]:.4g}" if values else f"{key} (no data)", fontsize=10)
+        ax.set_xlabel("step")
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    last_step = history[-1]["step"] if history else 0
+    return _finish(fig, title or f"training history, step {last_step}")
+
+
+def plot_frontier(runs: Sequence[dict], title: str = "Reward vs KL to p_ref") -> Figure:
+    """Reward against KL(p_θ ‖ p_ref), one line per method (runs sorted by KL), each point labelled.
+
+    runs: dicts {"method": str, "label": str, "kl": float, "reward": float}. Up and to the left is better:
+    more reward for the same drift from the reference.
+    """
+    fig, axes = new_figure()
+    ax: Axes = axes[0, 0]
+    methods = list(dict.fromkeys(run["method"] for run in runs))
+    for method in methods:
+        points = sorted((run for run in runs if run["method"] == method), key=lambda run: run["kl"])
+        ax.plot([run["kl"] for run in points], [run["reward"] for run in points], "o-", label=method)
+        for run in points:
+            ax.annotate(run["label"], (run["kl"], run["reward"]), textcoords="offset points", xytext=(4, 4),
+                        fontsize=8)
+    ax.set_xlabel("KL(p_θ ‖ p_ref)")
+    ax.set_ylabel("reward")
+    if methods:
+        ax.legend()
+    return _finish(fig, title)

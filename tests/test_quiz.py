@@ -1,0 +1,141 @@
+"""Tests for minirlhf.quiz: registry contents, letter checking, the ask() widget and numeric exercises."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from minirlhf import losses, quiz
+
+
+def test_lecture_quizzes_present():
+    for quiz_id, answer in (("dpo-collapse", "D"), ("ppo-eps-inf", "C"), ("ppo-vs-grpo", "A")):
+        q = quiz.QUESTIONS[quiz_id]
+        assert q.answer == answer and q.source == "lecture"
+
+
+def test_registry_is_well_formed():
+    assert len(quiz.QUESTIONS) == len(quiz.QUESTIONS_LIST)  # ids are unique
+    for q in quiz.QUESTIONS_LIST:
+        assert q.topic in quiz.TOPICS
+        assert q.answer in q.options and len(q.options) >= 3
+        assert list(q.options) == sorted(q.options)
+        assert len(q.explanation) > 80
+    for topic in quiz.TOPICS:
+        new = [quiz_id for quiz_id in quiz.list_quizzes(topic) if quiz.QUESTIONS[quiz_id].source == "new"]
+        assert len(new) >= 2, topic
+
+
+def test_list_quizzes_filters_by_topic():
+    assert quiz.list_quizzes() == [q.id for q in quiz.QUESTIONS_LIST]
+    assert "dpo-collapse" in quiz.list_quizzes("dpo")
+    assert "dpo-collapse" not in quiz.list_quizzes("ppo")
+    with pytest.raises(ValueError, match="valid topics"):
+        quiz.list_quizzes("rlhf")
+
+
+@pytest.mark.parametrize("answer", ["D", "d", " d ", "D)", "d) mostly decreased the loser"])
+def test_check_accepts_right_letter_in_any_form(answer, capsys):
+    assert quiz.check("dpo-collapse", answer) is True
+    assert capsys.readouterr().out.startswith("Correct!")
+
+
+@pytest.mark.parametrize("answer", ["A", "b", "c", "Z", ""])
+def test_check_rejects_wrong_letters(answer, capsys):
+    assert quiz.check("dpo-collapse", answer) is False
+    out = capsys.readouterr().out
+    assert out.startswith("Not quite")
+
+
+def test_wrong_answer_feedback_explains():
+    ok, text = quiz.feedback("ppo-eps-inf", "a")
+    assert not ok
+    assert "the answer is C)" in text and quiz.QUESTIONS["ppo-eps-inf"].explanation in text
+
+
+def test_unknown_id_names_it_and_lists_valid_ids():
+    with pytest.raises(KeyError, match="no-such-quiz") as info:
+        quiz.check("no-such-quiz", "A")
+    assert "dpo-collapse" in str(info.value)
+    with pytest.raises(KeyError, match="valid ids"):
+        quiz.check_number("no-such-exercise", 1.0)
+
+
+def test_format_question_lists_options():
+    text = quiz.format_question("ppo-vs-grpo")
+    assert text.splitlines()[0] == quiz.QUESTIONS["ppo-vs-grpo"].question
+    assert text.splitlines()[1].strip().startswith("A) PPO uses a learned value function")
+
+
+# ----------------------------------------------------------------------------- ask() widget
+
+
+def test_ask_widget_feedback_on_click():
+    box = quiz.ask("ppo-vs-grpo")
+    assert box.feedback.value == ""
+    box.button.click()
+    assert box.feedback.value == "Pick an option first."
+    box.choices.value = "B"
+    box.button.click()
+    assert "Not quite" in box.feedback.value and "Correct" not in box.feedback.value
+    box.choices.value = "A"
+    box.button.click()
+    assert "Correct!" in box.feedback.value
+    assert quiz.QUESTIONS["ppo-vs-grpo"].explanation in box.feedback.value
+
+
+def test_ask_widget_shows_all_options():
+    box = quiz.ask("dpo-collapse")
+    assert [value for _, value in box.choices.options] == ["A", "B", "C", "D"]
+    assert box.choices.value is None
+
+
+# ----------------------------------------------------------------------------- numeric exercises
+
+
+def test_ppo_objective_exercise(capsys):
+    assert quiz.check_number("ppo-objective", 1.2)  # lecture table: r = 1.5, Â = +1, ε = 0.2
+    assert not quiz.check_number("ppo-objective", 1.5)
+    assert quiz.check_number("ppo-objective", -0.8, r=0.5, advantage=-1.0)
+    assert quiz.check_number("ppo-objective", -1.5, r=1.5, advantage=-1.0)
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("Correct!") and out[1].startswith("Not quite")
+
+
+def test_tolerance():
+    assert quiz.check_number("ppo-objective", 1.205)
+    assert not quiz.check_number("ppo-objective", 1.25)
+    assert quiz.check_number("ppo-objective", 1.25, tol=0.1)
+
+
+def test_dpo_exercises():
+    assert quiz.solution("dpo-margin") == pytest.approx(0.1 * 2.1)
+    assert quiz.solution("dpo-margin", beta=0.5) == pytest.approx(1.05)
+    assert quiz.check_number("dpo-loss", -math.log(1 / (1 + math.exp(-0.21))))
+
+
+def test_grpo_advantage_exercise_matches_hand_computation():
+    rewards = [1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # two of G = 8 correct
+    mean = 0.25
+    sample_std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / 7)
+    assert quiz.solution("grpo-advantage", rewards=rewards, i=0) == pytest.approx((1 - mean) / sample_std)
+    assert quiz.solution("grpo-advantage", rewards=rewards, i=1) == pytest.approx(-mean / sample_std)
+    assert quiz.check_number("grpo-advantage", 1.62)
+    expected = float(losses.grpo_advantages(torch.tensor([3.0, 1.0, 2.0]), 3, scale="none")[0])
+    assert quiz.solution("grpo-advantage", rewards=[3.0, 1.0, 2.0], scale="none") == pytest.approx(expected)
+
+
+def test_every_exercise_solves_and_describes_itself():
+    for exercise_id in quiz.list_exercises():
+        value = quiz.solution(exercise_id)
+        assert math.isfinite(value)
+        assert quiz.check_number(exercise_id, value)
+        assert "{" not in quiz.describe(exercise_id)
+    assert quiz.list_exercises("grpo") == ["grpo-advantage", "kl-k3"]
+
+
+def test_exercise_rejects_unknown_parameters():
+    with pytest.raises(TypeError, match="takes"):
+        quiz.check_number("ppo-objective", 1.2, ratio=1.5)

@@ -1,0 +1,189 @@
+"""Tests for minirlhf.toy: every derivation step of the lecture, checked with exact sums and sampling."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from minirlhf import losses, toy
+
+LABELS, P_REF, REWARDS = toy.toy_bandit()
+
+
+# ----------------------------------------------------------------------------- optimal policy
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.3, 1.0, 5.0])
+def test_optimal_policy_matches_closed_form(beta):
+    unnormalised = P_REF * torch.exp(REWARDS / beta)
+    z = unnormalised.sum()
+    torch.testing.assert_close(toy.optimal_policy(P_REF, REWARDS, beta), unnormalised / z)
+    torch.testing.assert_close(toy.log_partition(P_REF, REWARDS, beta), z.log())
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5, 2.0])
+def test_optimal_policy_maximises_kl_regularised_objective(beta):
+    p_star = toy.optimal_policy(P_REF, REWARDS, beta)
+    best = toy.kl_regularised_objective(p_star, P_REF, REWARDS, beta)
+    # the maximum value is β log Z
+    torch.testing.assert_close(best, beta * toy.log_partition(P_REF, REWARDS, beta))
+    generator = torch.Generator().manual_seed(0)
+    for scale in (1e-3, 0.1, 1.0):
+        noise = torch.randn(500, len(P_REF), generator=generator, dtype=torch.float64)
+        perturbed = torch.softmax(p_star.log() + scale * noise, dim=-1)
+        values = toy.kl_regularised_objective(perturbed, P_REF, REWARDS, beta)
+        assert bool((values < best).all())
+
+
+def test_optimal_policy_limits_and_support():
+    torch.testing.assert_close(toy.optimal_policy(P_REF, REWARDS, 1e6), P_REF, atol=1e-6, rtol=0)
+    greedy = toy.optimal_policy(P_REF, REWARDS, 1e-3)  # tiny β: no overflow, all mass on argmax R
+    assert torch.isfinite(greedy).all()
+    assert greedy[int(REWARDS.argmax())] > 1 - 1e-9
+    p_ref = toy.as_tensor([0.0, 0.5, 0.5])
+    p_star = toy.optimal_policy(p_ref, [10.0, 0.0, 1.0], 0.1)
+    assert p_star[0] == 0  # no mass where p_ref has none, however high the reward
+
+
+def test_exact_kl_and_expected_reward():
+    assert float(toy.exact_kl(P_REF, P_REF)) == 0.0
+    p, q = toy.as_tensor([0.0, 0.25, 0.75]), toy.as_tensor([0.2, 0.3, 0.5])
+    expected = 0.25 * math.log(0.25 / 0.3) + 0.75 * math.log(0.75 / 0.5)  # 0 log 0 = 0
+    assert float(toy.exact_kl(p, q)) == pytest.approx(expected)
+    assert float(toy.expected_reward(p, [1.0, 2.0, 3.0])) == pytest.approx(0.5 + 2.25)
+
+
+def test_reward_recovered_and_partition_cancels():
+    beta = 0.4
+    check = toy.reward_recovery(P_REF, REWARDS, beta)
+    assert check.reward_error < 1e-12
+    assert check.bt_error < 1e-12
+    # the implicit reward alone is off by the constant β log Z ...
+    torch.testing.assert_close(check.rewards - check.implicit, check.beta_log_z.expand(len(REWARDS)))
+    assert abs(float(check.beta_log_z)) > 1e-3
+    # ... which Bradley–Terry never sees: differences of implicit rewards are differences of rewards
+    torch.testing.assert_close(check.implicit[:, None] - check.implicit[None, :],
+                               REWARDS[:, None] - REWARDS[None, :])
+    torch.testing.assert_close(toy.implicit_reward(P_REF, P_REF, beta), torch.zeros_like(P_REF))
+
+
+# ----------------------------------------------------------------------------- KL estimators
+
+
+def test_kl_estimator_study_bias_and_spread():
+    n_trials = 2000
+    far = toy.optimal_policy(P_REF, REWARDS, 0.3)
+    study = toy.kl_estimator_study(far, P_REF, sample_sizes=(1, 16), n_trials=n_trials, seed=0)
+    assert study.exact == pytest.approx(float(toy.exact_kl(far, P_REF)))
+    for name in ("k1", "k3"):  # unbiased: within 4 standard errors of the exact KL
+        for bias, std in zip(study.bias[name], study.std[name], strict=True):
+            assert abs(bias) < 4 * std / math.sqrt(n_trials)
+    # k2 is biased: its mean stays away from the KL even when averaged over many samples
+    assert abs(study.bias["k2"][1]) > 4 * study.std["k2"][1] / math.sqrt(n_trials)
+    # spread shrinks like 1/sqrt(N) (k3 too, but this far from p_ref its heavy tail makes the std itself noisy)
+    for name in ("k1", "k2"):
+        assert study.std[name][1] == pytest.approx(study.std[name][0] / 4, rel=0.2)
+
+
+def test_k3_has_lower_variance_than_k1_close_to_reference():
+    near = toy.optimal_policy(P_REF, REWARDS, 5.0)
+    study = toy.kl_estimator_study(near, P_REF, sample_sizes=(8,), n_trials=2000)
+    assert study.std["k3"][0] < 0.5 * study.std["k1"][0]
+
+
+# ----------------------------------------------------------------------------- policy gradient
+
+LOGITS = toy.as_tensor([0.5, -0.2, 0.1, 0.0, -1.0])
+OFFSET_REWARDS = REWARDS + 3.0  # all positive: the case where a baseline matters most
+
+
+def test_exact_policy_gradient_matches_analytic_form():
+    p = torch.softmax(LOGITS, -1)
+    analytic = p * (REWARDS - (p * REWARDS).sum())  # ∂/∂θ_k Σ p R = p_k (R_k - E[R])
+    torch.testing.assert_close(toy.exact_policy_gradient(LOGITS, REWARDS), analytic)
+
+
+@pytest.mark.parametrize("baseline", [None, "value", "loo"])
+def test_score_function_gradient_is_unbiased(baseline):
+    exact = toy.exact_policy_gradient(LOGITS, OFFSET_REWARDS)
+    grads = toy.score_function_gradients(LOGITS, OFFSET_REWARDS, 40_000, baseline=baseline, seed=1)
+    summary = toy.summarise_estimates(grads)
+    assert grads.shape == (40_000, len(LOGITS))
+    assert bool(((summary.mean - exact).abs() < 4 * summary.std_error).all())
+
+
+def test_group_mean_baseline_shrinks_gradient_by_g_minus_one_over_g():
+    group_size = 4
+    exact = toy.exact_policy_gradient(LOGITS, OFFSET_REWARDS)
+    grads = toy.score_function_gradients(LOGITS, OFFSET_REWARDS, 40_000, baseline="mean", group_size=group_size)
+    summary = toy.summarise_estimates(grads)
+    shrunk = exact * (group_size - 1) / group_size
+    assert bool(((summary.mean - shrunk).abs() < 4 * summary.std_error).all())
+
+
+def test_baselines_reduce_variance():
+    variance = {
+        baseline: toy.summarise_estimates(
+            toy.score_function_gradients(LOGITS, OFFSET_REWARDS, 20_000, baseline=baseline, seed=2)
+        ).total_variance
+        for baseline in toy.BASELINES
+    }
+    assert variance["value"] < 0.2 * variance[None]
+    assert variance["loo"] < 0.2 * variance[None]
+    assert variance["value"] < variance["loo"]  # a perfect critic beats a noisy 3-sample estimate
+
+
+def test_score_function_rejects_unknown_baseline():
+    with pytest.raises(ValueError, match="baseline"):
+        toy.score_function_gradients(LOGITS, REWARDS, 8, baseline="critic")
+
+
+# ----------------------------------------------------------------------------- PPO clip curve
+
+
+def test_clip_curve_reproduces_lecture_tables():
+    ratios = [0.5, 1.0, 1.5]
+    good, good_grad = toy.clip_curve(ratios, +1.0, 0.2)
+    bad, bad_grad = toy.clip_curve(ratios, -1.0, 0.2)
+    torch.testing.assert_close(good, toy.as_tensor([0.5, 1.0, 1.2]))
+    torch.testing.assert_close(bad, toy.as_tensor([-0.8, -1.0, -1.5]))
+    torch.testing.assert_close(good_grad, toy.as_tensor([1.0, 1.0, 0.0]))  # capped when too greedy
+    torch.testing.assert_close(bad_grad, toy.as_tensor([0.0, -1.0, -1.0]))  # stops once suppressed
+
+
+# ----------------------------------------------------------------------------- GRPO group baseline
+
+
+@pytest.mark.parametrize("G", [2, 8, 32])
+def test_group_baseline_noise_matches_theory(G):
+    noise = toy.group_baseline_noise(0.3, G, n_trials=4000, seed=0)
+    assert noise.baseline_std == pytest.approx(noise.baseline_std_theory, rel=0.1)
+    assert noise.zero_signal == pytest.approx(noise.zero_signal_theory, abs=0.03)
+    assert noise.correct_advantage_mean > 0
+
+
+def test_group_baseline_noise_example_group():
+    # one correct answer out of G = 4: the advantage equals grpo_advantages on that group
+    rewards = toy.as_tensor([1.0, 0.0, 0.0, 0.0])
+    mean, std = 0.25, float(rewards.std())
+    torch.testing.assert_close(losses.grpo_advantages(rewards, 4)[0], toy.as_tensor((1 - mean) / std),
+                               rtol=1e-3, atol=0)
+    with pytest.raises(ValueError):
+        toy.group_baseline_noise(0.5, 1)
+
+
+# ----------------------------------------------------------------------------- GAE
+
+
+def test_toy_gae_limits():
+    traj = toy.toy_trajectory()
+    r, v = traj.rewards[0], traj.values[0]
+    next_v = torch.cat([v[1:], v.new_zeros(1)])
+    td, _ = toy.toy_gae(1.0, 0.0)
+    torch.testing.assert_close(td, r + next_v - v)  # λ = 0: one-step TD errors
+    mc, returns = toy.toy_gae(1.0, 1.0)
+    reward_to_go = r.flip(0).cumsum(0).flip(0)
+    torch.testing.assert_close(mc, reward_to_go - v)  # λ = γ = 1: return minus V
+    torch.testing.assert_close(returns, reward_to_go)
