@@ -1,0 +1,92 @@
+"""The command line: `python -m minirlhf <command> [--flags]`, each flag a field of that method's config.
+
+    python -m minirlhf sample --model tiny --prompt "17+25=" --prompt "The acting was"
+    python -m minirlhf grpo --steps 60 --beta 0.0 --out-dir runs/grpo
+    python -m minirlhf rloo --steps 60
+    python -m minirlhf <command> --help       # every flag with its default
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from minirlhf.cli import add_config_arguments, config_from_args
+
+
+def _methods() -> dict:
+    """command -> (config class, run(config) -> history). Imported lazily so `--help` stays fast."""
+    from minirlhf.tasks import arithmetic
+    from minirlhf.trainers.dpo import DPOConfig, train_dpo
+    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+    from minirlhf.trainers.ppo import PPOConfig, train_ppo
+    from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
+    from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
+    from minirlhf.trainers.sft import SFTConfig, train_sft
+
+    def sft(config):
+        return train_sft(arithmetic.sft_examples(), config, evaluate=arithmetic.task().evaluate)[2]
+
+    return {
+        "sft": (SFTConfig, sft),
+        "reinforce": (ReinforceConfig, lambda c: train_reinforce(arithmetic.task(), c)[2]),
+        "grpo": (GRPOConfig, lambda c: train_grpo(arithmetic.task(), c)[2]),
+        "ppo": (PPOConfig, lambda c: train_ppo(arithmetic.task(), c)[2]),
+        "reward-model": (RewardModelConfig, lambda c: train_reward_model(None, c)[2]),  # pairs from --data
+        "dpo": (DPOConfig, lambda c: train_dpo(None, c)[2]),  # pairs from --data
+    }
+
+
+def _sample(argv: list[str]) -> None:
+    import torch
+
+    from minirlhf.models import load_model
+    from minirlhf.sampling import sample
+
+    parser = argparse.ArgumentParser(prog="python -m minirlhf sample", description="Sample and show log-probs.")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--prompt", action="append", help="repeat for several prompts")
+    parser.add_argument("--group-size", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=20)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    prompts = args.prompt or ["17+25=", "40+38=", "The acting was", "I watched this film and"]
+    model, tokenizer = load_model(args.model)
+    rollout = sample(model, tokenizer, prompts, group_size=args.group_size, max_new_tokens=args.max_new_tokens,
+                     temperature=args.temperature, generator=torch.Generator().manual_seed(args.seed))
+    P = rollout.prompt_length
+    for i, (prompt, completion) in enumerate(zip(rollout.prompts, rollout.completions)):
+        n = int(rollout.response_mask[i].sum())
+        ids = rollout.input_ids[i, P : P + n].tolist()
+        logps = rollout.logprobs[i, P : P + n].tolist()
+        tokens = " ".join(f"{tokenizer.decode([t])!r}:{lp:.2f}" for t, lp in zip(ids, logps))
+        print(f"{prompt!r} -> {completion!r}   log p(y|x) = {sum(logps):.2f}\n    {tokens}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = ["sample", "sft", "reinforce", "rloo", "grpo", "reward-model", "dpo"]
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print(__doc__)
+        print("commands:", ", ".join(commands))
+        if argv and argv[0] not in ("-h", "--help"):
+            raise SystemExit(f"unknown command {argv[0]!r}")
+        return
+    command, rest = argv[0], argv[1:]
+    if command == "sample":
+        return _sample(rest)
+    methods = _methods()
+    config_cls, run = methods["reinforce" if command == "rloo" else command]
+    parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}")
+    add_config_arguments(parser, config_cls)
+    if command == "rloo":
+        parser.set_defaults(baseline="rloo")
+    config = config_from_args(config_cls, parser.parse_args(rest))
+    history = run(config)
+    print(json.dumps({k: v for k, v in history[-1].items()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

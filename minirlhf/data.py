@@ -1,0 +1,296 @@
+"""Text -> batch tensors in the layout of `minirlhf.logprobs` (prompt left-padded, response right-padded).
+
+    batch = encode_prompt_completion(tokenizer, ["3+4="], ["7"])
+    batch["input_ids"], batch["attention_mask"], batch["response_mask"]   # each (B, P + R)
+
+SFT, the reward model and DPO all score "prompt + completion" texts this way; the completion ends with EOS,
+so ending the answer is learned like any other token.
+
+Preference data (reward model, DPO): `load_preference_pairs` reads (prompt, chosen, rejected) triples from JSONL,
+HH-RLHF-style full texts, or `datasets`, and `encode_preference_pairs` puts chosen and rejected in one batch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from minirlhf.models import DATA_DIR, hub_reachable
+
+
+def encode_prompt_completion(
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    completions: list[str],
+    add_eos: bool = True,
+    max_length: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Tokenise prompt and completion separately (so the boundary is exact) and lay them out as
+    [pad.. prompt | completion EOS ..pad]. With `max_length`, completions are truncated from the right
+    (the prompt is never cut); a prompt alone longer than max_length is an error."""
+    if len(prompts) != len(completions):
+        raise ValueError(f"prompts and completions differ in length: {len(prompts)} != {len(completions)}")
+    if len(prompts) == 0:
+        raise ValueError("no examples to encode: prompts and completions are empty")
+    prompt_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
+    completion_ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+    eos = [tokenizer.eos_token_id] if add_eos else []
+    completion_ids = [ids + eos for ids in completion_ids]
+    if max_length is not None:
+        for i, p in enumerate(prompt_ids):
+            if len(p) >= max_length:
+                raise ValueError(
+                    f"prompt {i} ({prompts[i][:40]!r}...) has {len(p)} tokens, which leaves no room for a "
+                    f"completion within max_length={max_length}"
+                )
+        completion_ids = [c[: max_length - len(p)] for p, c in zip(prompt_ids, completion_ids)]
+    P = max(map(len, prompt_ids))
+    R = max(map(len, completion_ids))
+    pad = tokenizer.pad_token_id
+    input_ids, attention, response = [], [], []
+    for p, c in zip(prompt_ids, completion_ids):
+        left, right = P - len(p), R - len(c)
+        input_ids.append([pad] * left + p + c + [pad] * right)
+        attention.append([0] * left + [1] * (len(p) + len(c)) + [0] * right)
+        response.append([0] * (left + len(p)) + [1] * len(c) + [0] * right)
+    return {
+        "input_ids": torch.tensor(input_ids),
+        "attention_mask": torch.tensor(attention),
+        "response_mask": torch.tensor(response),
+    }
+
+
+# ----------------------------------------------------------------------------- preference pairs
+#
+#   pairs = load_preference_pairs("sentiment")              # the shipped data/sentiment_pairs/train.jsonl
+#   pairs = load_preference_pairs("my_pairs.jsonl")          # {"prompt": ..., "chosen": ..., "rejected": ...}
+#   batch = encode_preference_pairs(tokenizer, pairs[:8])    # 2B rows: chosen 0..B-1, then rejected B..2B-1
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    """One comparison (x, y_w, y_l): for the prompt x, completion y_w (chosen) is preferred to y_l (rejected).
+
+    `chosen` and `rejected` are completions only (usually starting with a space); the model reads
+    prompt + completion, scored as in `encode_prompt_completion`.
+    """
+
+    prompt: str
+    chosen: str
+    rejected: str
+
+
+PREFERENCE_DATASETS = {"sentiment": DATA_DIR / "sentiment_pairs"}  # shipped short name -> folder of split.jsonl
+HH_ASSISTANT = "\n\nAssistant:"  # the turn marker of Anthropic's HH-RLHF transcripts
+
+
+def load_preference_pairs(
+    path_or_name: str | os.PathLike, split: str = "train", skip_invalid: bool = False
+) -> list[PreferencePair]:
+    """Read preference pairs from one of:
+
+    * a shipped short name ("sentiment" -> data/sentiment_pairs/{split}.jsonl),
+    * a folder holding `{split}.jsonl` (any other folder goes to `datasets.load_dataset(folder, split=split)`),
+    * a local `.jsonl` file, one JSON object per line (blank lines are ignored; `split` is not used),
+    * another local file (.json, .csv, .parquet) or a Hugging Face hub name, through `datasets.load_dataset`.
+
+    Each row has the standard columns `prompt`, `chosen`, `rejected` (all non-empty strings, chosen != rejected),
+    or, HH-RLHF style, only full texts `chosen` and `rejected` that share their beginning: the prompt is then cut
+    off that shared prefix (see `split_shared_prefix`). Extra columns are ignored.
+
+    A malformed row (bad JSON, missing or non-string field, empty text, chosen == rejected) raises a ValueError
+    naming the file, the line (or row) and the field; with `skip_invalid=True` such rows are skipped and one
+    warning reports how many. A source without any valid pair is always an error.
+    """
+    source = str(path_or_name)
+    path = PREFERENCE_DATASETS.get(source, Path(source).expanduser())
+    if path.is_dir():
+        if (path / f"{split}.jsonl").is_file():
+            return _pairs_from_jsonl(path / f"{split}.jsonl", skip_invalid)
+        if source in PREFERENCE_DATASETS:
+            raise FileNotFoundError(
+                f"the shipped preference data {source!r} has no split {split!r} at {path / f'{split}.jsonl'}; "
+                f"regenerate it with `python scripts/make_preference_pairs.py`"
+            )
+        rows, where = _rows_from_datasets(str(path), split, local=True), f"{path} ({split} split)"
+        return _pairs_from_rows(rows, where, "row", skip_invalid)
+    if path.is_file():
+        if path.suffix == ".jsonl":
+            return _pairs_from_jsonl(path, skip_invalid)
+        if path.stat().st_size == 0:
+            raise ValueError(f"{path} is empty: it holds no preference pairs")
+        return _pairs_from_rows(_rows_from_datasets(str(path), split, local=True), str(path), "row", skip_invalid)
+    if source.startswith((".", "/", "~")) or Path(source).suffix in (".jsonl", ".json", ".csv", ".parquet"):
+        raise FileNotFoundError(
+            f"preference file {source!r} does not exist (shipped preference data: {sorted(PREFERENCE_DATASETS)})"
+        )
+    rows = _rows_from_datasets(source, split, local=False)
+    return _pairs_from_rows(rows, f"{source} ({split} split)", "row", skip_invalid)
+
+
+def split_shared_prefix(chosen: str, rejected: str) -> tuple[str, str, str]:
+    """(prompt, chosen completion, rejected completion) from two full texts that begin with the same prompt.
+
+    The cut lies inside the longest common prefix of the two texts, at the first of these that exists:
+    1. just after the last "\\n\\nAssistant:" in it (HH-RLHF: the prompt is the dialogue up to the final
+       assistant turn, and each completion is the whole final answer, even where the two answers begin alike);
+    2. just before the last white space in it (a word boundary), so that a word both texts start alike
+       ("gr|eat" / "gr|im") stays whole, and each completion keeps its leading space as GPT-2's BPE expects.
+    Without either, there is no usable prompt and a ValueError is raised.
+    """
+    n = 0
+    for a, b in zip(chosen, rejected):
+        if a != b:
+            break
+        n += 1
+    shared = chosen[:n]
+    marker = shared.rfind(HH_ASSISTANT)
+    if marker >= 0:
+        cut = marker + len(HH_ASSISTANT)
+    else:
+        cut = max(shared.rfind(c) for c in " \t\n")
+        if cut <= 0:
+            raise ValueError(
+                "chosen and rejected share no prompt (no common prefix up to a word boundary or an "
+                f"{HH_ASSISTANT.strip()!r} turn); give a 'prompt' field"
+            )
+    return chosen[:cut], chosen[cut:], rejected[cut:]
+
+
+def encode_preference_pairs(
+    tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], max_length: int | None = None
+) -> dict[str, torch.Tensor]:
+    """Chosen and rejected completions of B pairs in ONE batch of 2B rows (one forward pass for both):
+
+        rows 0 .. B-1     prompt_i + chosen_i       (y_w)
+        rows B .. 2B-1    prompt_i + rejected_i     (y_l)
+
+    so `seq[:B]` and `seq[B:]` of any per-row result are the chosen and rejected halves. Layout and
+    `max_length` as in `encode_prompt_completion`."""
+    if len(pairs) == 0:
+        raise ValueError("no preference pairs to encode")
+    prompts = [p.prompt for p in pairs]
+    completions = [p.chosen for p in pairs] + [p.rejected for p in pairs]
+    return encode_prompt_completion(tokenizer, prompts + prompts, completions, max_length=max_length)
+
+
+def save_preference_pairs(pairs: list[PreferencePair], path: str | os.PathLike) -> Path:
+    """Write pairs as JSONL with the standard columns prompt / chosen / rejected."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for pair in pairs:
+            f.write(json.dumps(asdict(pair)) + "\n")
+    return path
+
+
+def _pair_from_row(row: object) -> PreferencePair:
+    """Validate one row; a ValueError message starts with the offending field."""
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object with prompt/chosen/rejected, got {type(row).__name__}")
+    fields = ("prompt", "chosen", "rejected") if "prompt" in row else ("chosen", "rejected")
+    for name in fields:
+        if name not in row or row[name] is None:
+            raise ValueError(
+                f"missing field {name!r} (a row needs 'prompt', 'chosen' and 'rejected', or HH-style full "
+                f"texts 'chosen' and 'rejected' only)"
+            )
+        value = row[name]
+        if not isinstance(value, str):
+            hint = " (conversational message lists are not supported)" if isinstance(value, list) else ""
+            raise ValueError(f"field {name!r} must be a string, got {type(value).__name__}{hint}")
+        if not value.strip():
+            raise ValueError(f"field {name!r} is empty")
+    if row["chosen"] == row["rejected"]:
+        raise ValueError("field 'rejected' is identical to 'chosen': a pair must compare two different texts")
+    if "prompt" in row:
+        return PreferencePair(row["prompt"], row["chosen"], row["rejected"])
+    try:
+        prompt, chosen, rejected = split_shared_prefix(row["chosen"], row["rejected"])
+    except ValueError as err:
+        raise ValueError(f"field 'chosen'/'rejected' (HH-style row): {err}") from None
+    for name, value in (("chosen", chosen), ("rejected", rejected)):
+        if not value.strip():
+            raise ValueError(f"field {name!r} (HH-style row) is empty after removing the shared prompt")
+    return PreferencePair(prompt, chosen, rejected)
+
+
+def _pairs_from_jsonl(path: Path, skip_invalid: bool) -> list[PreferencePair]:
+    """Parse a JSONL file line by line, so that every error can name its line number (1-based)."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as err:
+                rows.append((number, _BadJSON(f"invalid JSON ({err.msg} at column {err.colno})")))
+    if not rows:
+        raise ValueError(f"{path} is empty: it holds no preference pairs")
+    return _collect(rows, str(path), "line", skip_invalid)
+
+
+def _pairs_from_rows(rows, where: str, unit: str, skip_invalid: bool) -> list[PreferencePair]:
+    numbered = list(enumerate(rows))
+    if not numbered:
+        raise ValueError(f"{where} is empty: it holds no preference pairs")
+    return _collect(numbered, where, unit, skip_invalid)
+
+
+class _BadJSON:
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _collect(numbered_rows, where: str, unit: str, skip_invalid: bool) -> list[PreferencePair]:
+    pairs, skipped, first_error = [], 0, None
+    for number, row in numbered_rows:
+        try:
+            if isinstance(row, _BadJSON):
+                raise ValueError(row.message)
+            pairs.append(_pair_from_row(row))
+        except ValueError as err:
+            message = f"{where}, {unit} {number}: {err}"
+            if not skip_invalid:
+                raise ValueError(message) from None
+            skipped += 1
+            first_error = first_error or message
+    if skipped:
+        warnings.warn(
+            f"skipped {skipped} invalid row(s) of {skipped + len(pairs)} in {where}; first: {first_error}",
+            stacklevel=3,
+        )
+    if not pairs:
+        raise ValueError(f"{where} holds no valid preference pair ({skipped} invalid rows skipped)")
+    return pairs
+
+
+def _rows_from_datasets(source: str, split: str, local: bool) -> list[dict]:
+    """Rows of a local file/folder or a hub dataset via `datasets.load_dataset`. The hub is probed first, so that
+    an offline machine gets a clear error in seconds instead of a minute of retries."""
+    import datasets
+
+    if local:
+        path = Path(source)
+        if path.is_file():
+            builder = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(path.suffix)
+            if builder is None:
+                raise ValueError(f"{path}: unknown preference file type {path.suffix!r}; use .jsonl, .json, .csv "
+                                 f"or .parquet")
+            return list(datasets.load_dataset(builder, data_files=str(path), split="train"))
+        return list(datasets.load_dataset(str(path), split=split))
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    if os.environ.get("HF_HUB_OFFLINE") or not hub_reachable(endpoint):
+        raise ConnectionError(
+            f"cannot load preference dataset {source!r}: it is not a local file or folder, and the Hugging Face hub "
+            f"({endpoint}) is not reachable from this machine. Use a local JSONL file with 'prompt', 'chosen' and "
+            f"'rejected' fields, or the shipped data: {sorted(PREFERENCE_DATASETS)}"
+        )
+    return list(datasets.load_dataset(source, split=split))

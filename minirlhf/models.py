@@ -1,0 +1,166 @@
+"""Loading models: the shipped tiny GPT-2, any local `save_pretrained` folder, or a hub name.
+
+    load_model("tiny")         -> the project's own tiny GPT-2 + byte-level BPE tokenizer, from data/
+    load_model("tiny-sft")     -> the same model after SFT on the tasks (the reference policy p_ref)
+    load_model("path/to/dir")  -> any folder written by `save_pretrained`
+    load_model("gpt2")         -> the real GPT-2 from the Hugging Face hub (Colab); fails fast offline
+
+Also: the device picker, a frozen copy for p_ref, and the scalar value head that PPO puts on the policy.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import socket
+from pathlib import Path
+from urllib.parse import urlparse
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+SHIPPED = {
+    "tiny": DATA_DIR / "tiny-gpt2",
+    "tiny-sft": DATA_DIR / "tiny-gpt2-sft",
+}
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """'auto' picks cuda, then mps, then cpu; an explicit device that is not available is an error."""
+    if str(device) == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device={str(device)!r} was requested but this machine has no CUDA; use 'auto' or 'cpu'")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device={str(device)!r} was requested but MPS is not available; use 'auto' or 'cpu'")
+    return device
+
+
+def _resolve_source(name_or_path: str | os.PathLike) -> tuple[str, bool]:
+    """(where to load from, is it local). Local folders and shipped short names need no network."""
+    name = str(name_or_path)
+    if name in SHIPPED:
+        path = SHIPPED[name]
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(
+                f"the shipped model {name!r} is missing at {path}; rebuild it with `python scripts/build_tiny_model.py`"
+            )
+        return str(path), True
+    if Path(name).exists():
+        if not (Path(name) / "config.json").exists():
+            raise FileNotFoundError(f"{name} exists but has no config.json: not a `save_pretrained` model folder")
+        return name, True
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:  # a path, not a hub name like "org/model"
+        raise FileNotFoundError(f"model folder {name!r} does not exist (known short names: {sorted(SHIPPED)})")
+    return name, False
+
+
+def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    """The tokenizer of `load_model`, alone. Guarantees a pad token distinct from EOS where one is defined."""
+    source, local = _resolve_source(name_or_path)
+    tokenizer = _from_pretrained(AutoTokenizer, source, local, trust_remote_code)
+    if tokenizer.pad_token is None:
+        # Real GPT-2 ships no pad token. Re-using EOS as pad is safe here because every mask in minirlhf is
+        # built from lengths, never from `ids != pad_token_id`, so a real EOS is never masked out.
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # prompts are left-padded so that all responses start at one column
+    return tokenizer
+
+
+def load_model(
+    name_or_path: str | os.PathLike = "tiny",
+    device: str | torch.device = "auto",
+    dtype: torch.dtype | None = None,
+    trust_remote_code: bool = False,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load (model, tokenizer) by short name ('tiny', 'tiny-sft'), local folder or hub name.
+
+    Hub names are tried only when the name is not a local folder; offline this fails fast with a clear error
+    instead of hanging on the network. Weights are read from safetensors; `trust_remote_code` stays off unless
+    asked for.
+    """
+    source, local = _resolve_source(name_or_path)
+    tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
+    model = _from_pretrained(
+        AutoModelForCausalLM, source, local, trust_remote_code, dtype=dtype or torch.float32, use_safetensors=local
+    )
+    if model.get_input_embeddings().num_embeddings < len(tokenizer):
+        raise ValueError(
+            f"model {name_or_path!s} has {model.get_input_embeddings().num_embeddings} token embeddings but its "
+            f"tokenizer has {len(tokenizer)} tokens: they were not made for each other"
+        )
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(resolve_device(device)), tokenizer
+
+
+def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **kwargs):
+    if local:
+        return cls.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
+    try:  # a hub name already in the local Hugging Face cache needs no network
+        return cls.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
+    except OSError:
+        pass
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    if os.environ.get("HF_HUB_OFFLINE") or not hub_reachable(endpoint):
+        # fail in seconds instead of a minute of retries inside huggingface_hub
+        raise OSError(
+            f"cannot load {source!r}: the Hugging Face hub ({endpoint}) is not reachable from this machine and the "
+            f"model is not in the local cache. Use a local `save_pretrained` folder or a shipped model: "
+            f"{sorted(SHIPPED)}"
+        )
+    return cls.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
+
+
+def hub_reachable(endpoint: str = "https://huggingface.co", timeout: float = 3.0) -> bool:
+    """Can we open a TCP connection to the hub? (A quick probe, not a guarantee that downloads work.)"""
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def frozen_copy(model: nn.Module) -> nn.Module:
+    """A copy of `model` in eval mode with gradients off: p_ref, or p_θold when one is needed."""
+    ref = copy.deepcopy(model).eval()
+    ref.requires_grad_(False)
+    return ref
+
+
+def disable_dropout(model: nn.Module) -> nn.Module:
+    """Set every dropout probability to 0. RL and DPO compare log-probs of the same tokens under p_θ, p_θold and
+    p_ref: with dropout on, the first importance ratio r_t(θ) would not be 1 and the KL would be noise."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+class ValueHead(nn.Module):
+    """V(s_t): one linear layer from the policy's last hidden state to a scalar per token.
+
+    The lecture's "policy model with a scalar head": PPO's critic shares the transformer with p_θ, so the
+    extra memory is one d_model-vector.
+    """
+
+    def __init__(self, hidden_size: int):
+        super().__init__()
+        self.summary = nn.Linear(hidden_size, 1)
+        nn.init.zeros_(self.summary.weight)
+        nn.init.zeros_(self.summary.bias)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (B, T, d) -> (B, T)
+        return self.summary(hidden_states.float()).squeeze(-1)

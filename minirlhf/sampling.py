@@ -1,0 +1,158 @@
+"""Sampling G completions per prompt, with the masks and log-probs that the training step needs.
+
+    rollout = sample(model, tokenizer, prompts, group_size=G, max_new_tokens=8, temperature=1.0)
+
+Completions of prompt i are rows i*G ... i*G + G-1 (consecutive groups, as `grpo_advantages` expects).
+The returned batch uses the layout of `minirlhf.logprobs`: left-padded prompts in columns [0, P), responses
+in columns [P, P + max_new_tokens). Everything after a completion's first EOS is masked out of
+`response_mask`; the EOS itself is kept, so "stop here" is an action that gets credit and blame too.
+
+`logprobs` are the sampling-time log-probs log p_θold(y_t | x, y_<t) of the *temperature-scaled*
+distribution, before top-k/top-p filtering: the same numbers `response_logprobs(..., temperature)` recomputes,
+so the first PPO/GRPO ratio is exactly 1. (With top-k/top-p the tokens come from the truncated distribution;
+the log-probs stay those of the full one, as TRL and most libraries do.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from minirlhf.logprobs import logprobs_from_logits, position_ids_from_mask
+
+
+@dataclass
+class Rollout:
+    prompts: list[str]  # (B,) the prompt of each row (repeated G times)
+    completions: list[str]  # (B,) decoded responses, EOS and padding removed
+    input_ids: torch.Tensor  # (B, P + N) prompt + response ids
+    attention_mask: torch.Tensor  # (B, P + N)
+    response_mask: torch.Tensor  # (B, P + N) 1 on response tokens up to and including EOS
+    logprobs: torch.Tensor  # (B, P + N) sampling-time log p_θold(y_t | ...), zero off the response
+    prompt_length: int  # P: responses start at this column
+    group_size: int  # G
+    ended_with_eos: torch.Tensor  # (B,) bool: False means truncated at max_new_tokens
+
+    @property
+    def response_lengths(self) -> torch.Tensor:  # (B,)
+        return self.response_mask.sum(-1)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Keep the top-k tokens and/or the smallest set whose probability reaches top_p; the rest get -inf."""
+    if top_k > 0:
+        kth = torch.topk(logits, min(top_k, logits.size(-1)), dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, descending=True, dim=-1)
+        cumulative = sorted_logits.softmax(-1).cumsum(-1)
+        drop_sorted = cumulative - sorted_logits.softmax(-1) >= top_p  # keep the token that crosses top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def sample(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: list[str],
+    group_size: int = 1,
+    max_new_tokens: int = 16,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample `group_size` completions for each prompt with a KV cache, stopping at EOS.
+
+    `greedy=True` takes the argmax at every step (evaluation); log-probs are still reported at `temperature`.
+    """
+    _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p)
+    device = next(model.parameters()).device
+    repeated = [p for p in prompts for _ in range(group_size)]
+    enc = tokenizer(repeated, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)  # (B, P)
+    B, P = prompt_ids.shape
+    max_positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
+    if int(prompt_mask.sum(-1).max()) + max_new_tokens > max_positions:
+        raise ValueError(
+            f"longest prompt ({int(prompt_mask.sum(-1).max())} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
+            f"the model's context of {max_positions} positions; shorten the prompts or max_new_tokens"
+        )
+    eos_id = tokenizer.eos_token_id
+    pad_id = tokenizer.pad_token_id
+
+    was_training = model.training
+    model.eval()
+    tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
+    token_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N)
+    alive = torch.ones(B, dtype=torch.bool, device=device)  # no EOS yet
+    lengths = torch.zeros(B, dtype=torch.long, device=device)  # response length incl. EOS
+    attention_mask = prompt_mask
+    # First step: the whole prompt. Later steps: one token each, reusing the KV cache.
+    step_ids, position_ids = prompt_ids, position_ids_from_mask(prompt_mask)
+    cache = None
+    for t in range(max_new_tokens):
+        out = model(
+            input_ids=step_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=True
+        )
+        cache = out.cache
+        logits = out.logits[:, -1].float()  # (B, V)
+        if greedy:
+            next_token = logits.argmax(-1)
+        else:
+            probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+            next_token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        next_token = torch.where(alive, next_token, torch.full_like(next_token, pad_id))
+        tokens[:, t] = next_token
+        token_logp[:, t] = torch.where(alive, logprobs_from_logits(logits, next_token, temperature), 0.0)
+        lengths += alive.long()
+        alive &= next_token != eos_id
+        if not bool(alive.any()):
+            break
+        # the new token is attended (even after EOS: masking it changes nothing for finished rows)
+        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+        step_ids, position_ids = next_token[:, None], position_ids[:, -1:] + 1
+    model.train(was_training)
+
+    N = max_new_tokens
+    response_mask = torch.arange(N, device=device)[None, :] < lengths[:, None]  # (B, N)
+    completions = [
+        tokenizer.decode(row[: int(n)][row[: int(n)] != eos_id].tolist()) for row, n in zip(tokens, lengths)
+    ]
+    zeros = torch.zeros_like(prompt_mask)
+    return Rollout(
+        prompts=repeated,
+        completions=completions,
+        input_ids=torch.cat([prompt_ids, tokens], dim=1),
+        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+        response_mask=torch.cat([zeros, response_mask.long()], dim=1),
+        logprobs=torch.cat([zeros.float(), token_logp], dim=1),
+        prompt_length=P,
+        group_size=group_size,
+        ended_with_eos=~alive,
+    )
+
+
+def _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p) -> None:
+    if isinstance(prompts, str):
+        raise ValueError("prompts must be a list of strings, got a single string; wrap it in a list")
+    if len(prompts) == 0:
+        raise ValueError("prompts is empty: give at least one prompt")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError(f"prompts[{[len(p) for p in prompts].index(0)}] is an empty string")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")

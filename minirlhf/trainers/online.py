@@ -1,0 +1,139 @@
+"""What the online methods (REINFORCE/RLOO, PPO, GRPO) share: the config, and one "collect" step.
+
+    prompts -> sample G completions each (p_θold, KV cache) -> R(x, y) -> log p_ref (when β > 0)
+
+Everything returned is cut to the response columns [P, P + N), so the losses see (B, N) tensors.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from minirlhf.logprobs import response_logprobs
+from minirlhf.losses import kl_k1, masked_sum
+from minirlhf.sampling import Rollout, sample
+from minirlhf.tasks import Task
+from minirlhf.trainers.common import TrainConfig, call_reward, require_non_negative, require_positive
+
+
+@dataclass
+class OnlineConfig(TrainConfig):
+    prompts_per_step: int = 16  # distinct prompts sampled per step
+    group_size: int = 8  # G: completions per prompt
+    max_new_tokens: int | None = None  # response budget; None = the task's default
+    temperature: float = 1.0  # sampling temperature (the log-probs in the loss use the same one)
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1.0 = off
+    beta: float = 0.04  # β: weight of the KL(p_θ || p_ref) penalty; 0 drops p_ref from memory
+    minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
+
+    def validate(self) -> None:
+        super().validate()
+        require_positive(self, "prompts_per_step", "group_size", "temperature")
+        require_non_negative(self, "beta")
+        if self.minibatch_size is not None:
+            require_positive(self, "minibatch_size")
+            if self.batch_size % self.minibatch_size:
+                raise ValueError(
+                    f"{type(self).__name__}.minibatch_size ({self.minibatch_size}) must divide the batch of "
+                    f"prompts_per_step x group_size = {self.batch_size} completions"
+                )
+
+    @property
+    def batch_size(self) -> int:
+        return self.prompts_per_step * self.group_size
+
+
+@dataclass
+class Experience:
+    """One batch of on-policy samples, response columns only: every (B, N) tensor is aligned."""
+
+    rollout: Rollout  # the sampled batch, full width (B, P + N): what the policy re-reads in the update
+    mask: torch.Tensor  # (B, N) response tokens (EOS included)
+    old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling
+    ref_logp: torch.Tensor | None  # (B, N) log p_ref(y_t | x, y_<t); None when β = 0
+    rewards: torch.Tensor  # (B,) R(x, y)
+
+    @property
+    def prompt_length(self) -> int:
+        return self.rollout.prompt_length
+
+    def response(self, full: torch.Tensor) -> torch.Tensor:
+        """Cut a (B, P + N) per-token tensor to its (B, N) response columns."""
+        return full[:, self.prompt_length :]
+
+
+@torch.no_grad()
+def collect(
+    policy: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    ref: nn.Module | None,
+    task: Task,
+    config: OnlineConfig,
+    rng: random.Random,
+    generator: torch.Generator,
+) -> Experience:
+    prompts = task.train_prompts(config.prompts_per_step, rng)
+    rollout = sample(
+        policy, tokenizer, prompts, group_size=config.group_size,
+        max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+        temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
+    )
+    device = rollout.input_ids.device
+    rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions).to(device)
+    P = rollout.prompt_length
+    ref_logp = None
+    if ref is not None:
+        ref_logp = response_logprobs(
+            ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask, config.temperature
+        )[:, P:]
+    return Experience(
+        rollout=rollout,
+        mask=rollout.response_mask[:, P:],
+        old_logp=rollout.logprobs[:, P:],
+        ref_logp=ref_logp,
+        rewards=rewards,
+    )
+
+
+def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float):
+    """log p_θ and entropy on the response columns of the selected rows: two (b, N) tensors."""
+    r = exp.rollout
+    logp, entropy = response_logprobs(
+        policy, r.input_ids[rows], r.attention_mask[rows], r.response_mask[rows],
+        temperature=temperature, return_entropy=True,
+    )
+    return exp.response(logp), exp.response(entropy)
+
+
+def minibatches(batch_size: int, minibatch_size: int | None, generator: torch.Generator):
+    """Shuffled row indices, `minibatch_size` at a time (the whole batch when None)."""
+    order = torch.randperm(batch_size, generator=generator)
+    step = minibatch_size or batch_size
+    return [order[i : i + step] for i in range(0, batch_size, step)]
+
+
+def experience_metrics(exp: Experience) -> dict[str, float]:
+    """What every online method logs about its fresh samples."""
+    lengths = exp.mask.sum(-1).float()
+    metrics = {
+        "reward": exp.rewards.mean().item(),
+        "reward_std": exp.rewards.std().item() if exp.rewards.numel() > 1 else 0.0,
+        "response_length": lengths.mean().item(),
+        "eos_rate": exp.rollout.ended_with_eos.float().mean().item(),
+    }
+    if exp.ref_logp is not None:
+        # sequence-level KL(p_θ || p_ref) estimated from the samples: E_y[Σ_t log p_θ/p_ref]  (k1 summed)
+        metrics["kl_ref"] = masked_sum(kl_k1(exp.old_logp, exp.ref_logp), exp.mask, dim=-1).mean().item()
+    return metrics
+
+
+def evaluation(task: Task, model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> dict[str, float]:
+    """The task's held-out metrics, prefixed "eval/" (model left in eval mode)."""
+    model.eval()
+    return {f"eval/{k}": v for k, v in task.evaluate(model, tokenizer).items()}

@@ -1,0 +1,165 @@
+"""The shared core: loading, per-token log-probs under padding, sampling, masks and bad arguments."""
+
+import shutil
+
+import pytest
+import torch
+
+from minirlhf.logprobs import response_logprobs, sequence_logprobs
+from minirlhf.models import SHIPPED, load_model, load_tokenizer, resolve_device
+from minirlhf.sampling import sample
+
+
+def test_tokenizer_round_trips_both_tasks(tiny):
+    _, tokenizer = tiny
+    for text in ["17+25=42", "The acting was not good, but the music was lovely.", "I 100% LOVED it!? ~~ é"]:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        assert tokenizer.decode(ids) == text
+    # digits are single tokens: the model writes sums digit by digit
+    assert len(tokenizer("1234", add_special_tokens=False)["input_ids"]) == 4
+
+
+def test_special_tokens_are_set_and_eos_is_not_pad(tiny):
+    model, tokenizer = tiny
+    assert tokenizer.eos_token_id is not None and tokenizer.pad_token_id is not None
+    assert tokenizer.eos_token_id != tokenizer.pad_token_id
+    assert model.config.eos_token_id == tokenizer.eos_token_id
+    assert model.config.bos_token_id == tokenizer.bos_token_id
+    assert model.config.pad_token_id == tokenizer.pad_token_id
+    assert sum(p.numel() for p in model.parameters()) < 5_000_000
+
+
+def test_load_model_from_a_local_folder(tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(SHIPPED["tiny"], folder)
+    model, tokenizer = load_model(folder, device="cpu")
+    reference, _ = load_model("tiny", device="cpu")
+    ids = torch.tensor([tokenizer("3+4=")["input_ids"]])
+    assert torch.equal(model(ids).logits, reference(ids).logits)
+
+
+def test_hub_name_fails_fast_and_clearly_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(OSError, match="not reachable"):
+        load_model("gpt2", device="cpu")
+
+
+def test_unknown_names_and_bad_devices_raise_clear_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_model("./no/such/folder")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        load_tokenizer(tmp_path / "empty")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA"):
+            resolve_device("cuda")
+    assert resolve_device("auto").type in {"cpu", "cuda", "mps"}
+
+
+def _batch_from(tokenizer, prompt: str, response: str, left_pad: int, right_pad: int):
+    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    r = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    pad = tokenizer.pad_token_id
+    ids = [pad] * left_pad + p + r + [pad] * right_pad
+    attn = [0] * left_pad + [1] * (len(p) + len(r)) + [0] * right_pad
+    resp = [0] * (left_pad + len(p)) + [1] * len(r) + [0] * right_pad
+    return ids, attn, resp
+
+
+def test_padding_never_changes_a_logprob(tiny):
+    """The same sequence alone, left-padded and right-padded in one batch gives the same log-probs."""
+    model, tokenizer = tiny
+    rows = [
+        _batch_from(tokenizer, "The plot was", " slow, but I loved it.", 0, 0),
+        _batch_from(tokenizer, "The plot was", " slow, but I loved it.", 5, 0),
+        _batch_from(tokenizer, "The plot was", " slow, but I loved it.", 0, 5),
+        _batch_from(tokenizer, "The plot was", " slow, but I loved it.", 2, 3),
+    ]
+    width = max(len(r[0]) for r in rows)
+    rows = [(ids, a, m) for ids, a, m in rows if len(ids) == width] + [
+        tuple(x + [0 if k else tokenizer.pad_token_id] * (width - len(ids)) for k, x in enumerate((ids, a, m)))
+        for ids, a, m in rows
+        if len(ids) != width
+    ]
+    input_ids, attn, resp = (torch.tensor([r[k] for r in rows]) for k in range(3))
+    logp = response_logprobs(model, input_ids, attn, resp)
+    per_row = [logp[i][resp[i].bool()] for i in range(len(rows))]
+    for other in per_row[1:]:
+        torch.testing.assert_close(other, per_row[0], atol=1e-5, rtol=0)
+    assert torch.all(logp[~resp.bool()] == 0)
+    seq = sequence_logprobs(logp, resp)
+    torch.testing.assert_close(seq, seq[0].expand_as(seq), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampling_logprobs_equal_the_training_forward(tiny, temperature):
+    model, tokenizer = tiny
+    prompts = ["17+25=", "The acting was", "I watched this film and"]
+    gen = torch.Generator().manual_seed(0)
+    rollout = sample(model, tokenizer, prompts, group_size=4, max_new_tokens=12, temperature=temperature,
+                     generator=gen)
+    recomputed = response_logprobs(
+        model, rollout.input_ids, rollout.attention_mask, rollout.response_mask, temperature=temperature
+    )
+    torch.testing.assert_close(recomputed, rollout.logprobs, atol=1e-4, rtol=0)
+    assert len(rollout.completions) == 12 and rollout.prompts[:4] == ["17+25="] * 4
+
+
+def test_eos_is_kept_and_everything_after_it_is_masked(tiny):
+    model, tokenizer = tiny
+    rollout = sample(model, tokenizer, ["3+4=", "12+30="], group_size=8, max_new_tokens=10,
+                     generator=torch.Generator().manual_seed(1))
+    P, eos = rollout.prompt_length, tokenizer.eos_token_id
+    responses, mask = rollout.input_ids[:, P:], rollout.response_mask[:, P:].bool()
+    assert bool(rollout.ended_with_eos.any())
+    for row, m, ended in zip(responses, mask, rollout.ended_with_eos):
+        n = int(m.sum())
+        assert m[:n].all() and not m[n:].any()  # one contiguous block from the first column
+        if ended:
+            assert row[n - 1] == eos and (row[: n - 1] != eos).all()  # EOS kept, counted once
+            assert (row[n:] == tokenizer.pad_token_id).all()
+        else:
+            assert n == responses.shape[1]
+    assert torch.equal(rollout.attention_mask[:, P:].bool(), mask)
+
+
+def test_greedy_tiny_model_writes_recognisable_text(tiny):
+    model, tokenizer = tiny
+    rollout = sample(model, tokenizer, ["23+14=", "The music was"], max_new_tokens=20, greedy=True)
+    answer, review = rollout.completions
+    assert answer.isdigit()
+    assert len(review.split()) >= 2 and review.strip()[-1] in ".,"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(prompts=[]), "prompts is empty"),
+        (dict(prompts="3+4="), "list of strings"),
+        (dict(prompts=["3+4=", ""]), r"prompts\[1\]"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(group_size=0), "group_size"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(max_new_tokens=100), "context"),
+    ],
+)
+def test_sampling_rejects_bad_arguments(tiny, kwargs, message):
+    model, tokenizer = tiny
+    args = dict(prompts=["3+4="], max_new_tokens=4) | kwargs
+    with pytest.raises(ValueError, match=message):
+        sample(model, tokenizer, **args)
+
+
+def test_mismatched_masks_raise(tiny):
+    model, _ = tiny
+    ids = torch.ones(2, 6, dtype=torch.long)
+    ones = torch.ones(2, 6, dtype=torch.long)
+    with pytest.raises(ValueError, match="response_mask has shape"):
+        response_logprobs(model, ids, ones, torch.ones(2, 5))
+    padded = ones.clone()
+    padded[:, -1] = 0
+    resp = torch.zeros_like(ones)
+    resp[:, -2:] = 1
+    with pytest.raises(ValueError, match="padding"):
+        response_logprobs(model, ids, padded, resp)
