@@ -79,7 +79,9 @@ def test_constant_reward_gives_zero_grpo_advantages_and_no_nan():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
-needs_sft = pytest.mark.skipif(not (SHIPPED["tiny-sft"] / "config.json").exists(), reason="run scripts/build_sft_model.py")
+needs_sft = pytest.mark.skipif(
+    not (SHIPPED["tiny-sft"] / "config.json").exists(), reason="run scripts/build_sft_model.py"
+)
 
 
 @pytest.mark.slow
