@@ -15,6 +15,9 @@ optimise the reward model trained from VADER-labelled pairs, and measuring the g
 VADER is the point of the exercise (reward over-optimisation). :func:`sentiment_reward` exists so the same
 scorer can be plugged into evaluation code, or into an "oracle reward" baseline when one is wanted on purpose.
 
+For the trainers: :func:`evaluate_sentiment` (held-out VADER sentiment and KL to p_ref of sampled
+continuations) and :func:`sentiment_task` (the Task whose training reward is a learned reward model).
+
 What gets scored: the prompt joined to its completion, not the completion alone. The task's openings are
 neutral (VADER scores them 0), so the opening adds no sentiment of its own, while a negation or a contrast
 that straddles the boundary ("The acting was" + " not good") is read correctly.
@@ -22,7 +25,18 @@ that straddles the boundary ("The acting was" + " not good") is read correctly.
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from minirlhf.logprobs import response_logprobs, sequence_logprobs
+from minirlhf.sampling import sample
+from minirlhf.tasks import Task
+from minirlhf.tasks.reviews import sentiment_prompts
 
 _ANALYZER: Any = None
 
@@ -69,3 +83,86 @@ def sentiment_reward(prompts: list[str], completions: list[str], **columns: Any)
         )
     texts = [join_prompt_completion(p, c) for p, c in zip(prompts, completions, strict=True)]
     return sentiment_scores(texts)
+
+
+# --------------------------------------------------------------------------------------------------
+# The controlled-sentiment task for the trainers: held-out evaluation, and the Task for online methods.
+# --------------------------------------------------------------------------------------------------
+
+MAX_NEW_TOKENS = 32  # continuation budget: 99% of the base model's continuations end (EOS) within it; fits 64 positions
+
+
+@torch.no_grad()
+def evaluate_sentiment(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    ref_model: nn.Module | None = None,
+    n_prompts: int = 100,
+    samples_per_prompt: int = 4,
+    seed: int = 0,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    temperature: float = 1.0,
+    reward_fn: Callable[..., Sequence[float]] | None = None,
+) -> dict[str, float]:
+    """Ground-truth quality of a policy on the held-out openings (`sentiment_prompts("test")`).
+
+    Samples `samples_per_prompt` continuations of each of the first `n_prompts` test openings (a fixed seed, so
+    two policies, or one policy at two steps, are compared on the same random numbers) and returns
+
+        "sentiment"  mean VADER score of prompt + continuation (the ground truth, in [-1, 1])
+        "kl"         with `ref_model`: sequence-level KL(p_θ || p_ref) estimated on the samples y ~ p_θ,
+                     (1/N) Σ_i Σ_t [log p_θ(y_i,t | x_i, y_i,<t) - log p_ref(y_i,t | x_i, y_i,<t)]   (k1, summed)
+        "reward"     with `reward_fn` (e.g. a learned reward model): its mean score on the same samples
+        "response_length", "eos_rate"   how long the continuations are, and how often they end by themselves
+    """
+    prompts = sentiment_prompts("test", n_prompts)
+    generator = torch.Generator().manual_seed(seed)
+    rollout = sample(
+        model, tokenizer, prompts, group_size=samples_per_prompt, max_new_tokens=max_new_tokens,
+        temperature=temperature, generator=generator,
+    )
+    metrics = {
+        "sentiment": sum(sentiment_reward(rollout.prompts, rollout.completions)) / len(rollout.completions),
+        "response_length": rollout.response_lengths.float().mean().item(),
+        "eos_rate": rollout.ended_with_eos.float().mean().item(),
+    }
+    if ref_model is not None:
+        ref_logp = response_logprobs(
+            ref_model, rollout.input_ids, rollout.attention_mask, rollout.response_mask, temperature
+        )  # (B, T) log p_ref on the sampled tokens
+        kl = sequence_logprobs(rollout.logprobs - ref_logp, rollout.response_mask)  # (B,) Σ_t log p_θ/p_ref
+        metrics["kl"] = kl.mean().item()
+    if reward_fn is not None:
+        metrics["reward"] = sum(map(float, reward_fn(rollout.prompts, rollout.completions))) / len(rollout.prompts)
+    return metrics
+
+
+def sentiment_task(reward_model, ref_model: nn.Module | None = None, tokenizer=None, **eval_kwargs: Any) -> Task:
+    """The sentiment task for the online trainers (`train_grpo`, `train_ppo`, ...), rewarded by a LEARNED model.
+
+    `reward_fn` is `reward_model`'s score of prompt + completion (a `RewardModel` from
+    `minirlhf.trainers.reward_model`, or anything with `.score(prompts, completions, tokenizer=...)`), never
+    VADER: VADER only judges the held-out evaluation, whose "sentiment" (ground truth) can then be compared with
+    "reward" (the proxy being optimised). Pass `ref_model` (p_ref) to also log the held-out KL, and `tokenizer`
+    when the reward model does not carry its own. `eval_kwargs` go to `evaluate_sentiment`.
+    """
+    openings = sentiment_prompts("train")
+
+    def train_prompts(n: int, rng: random.Random) -> list[str]:
+        return [rng.choice(openings) for _ in range(n)]
+
+    def learned_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
+        return reward_model.score(prompts, completions, tokenizer=tokenizer)
+
+    learned_reward.__name__ = f"learned_reward({type(reward_model).__name__})"
+
+    def evaluate(model: nn.Module, policy_tokenizer: PreTrainedTokenizerBase) -> dict[str, float]:
+        return evaluate_sentiment(model, policy_tokenizer, ref_model=ref_model, reward_fn=learned_reward, **eval_kwargs)
+
+    return Task(
+        name="sentiment",
+        train_prompts=train_prompts,
+        reward_fn=learned_reward,
+        evaluate=evaluate,
+        max_new_tokens=eval_kwargs.get("max_new_tokens", MAX_NEW_TOKENS),
+    )

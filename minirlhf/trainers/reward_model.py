@@ -1,0 +1,258 @@
+"""A reward model RM_φ(x, y) learned from preference pairs with the Bradley-Terry loss.
+
+Bradley-Terry says a person prefers y_w to y_l with probability σ(RM(x, y_w) - RM(x, y_l)); maximum likelihood
+on a dataset of pairs is
+
+    L(φ) = -E_{(x, y_w, y_l) ~ D}[ log σ(RM_φ(x, y_w) - RM_φ(x, y_l)) ]          (losses.bradley_terry_loss)
+
+RM_φ is the pretrained GPT-2 transformer with its LM head replaced by a scalar head: the score of a text is
+w·h_last + b, where h_last (d,) is the final hidden state of the LAST real token (the EOS that ends every
+completion). With causal attention only that position has read the whole of x and y.
+
+Only differences RM(x, y_w) - RM(x, y_l) are ever trained, so the scale's zero point is arbitrary: a constant
+added to every score changes nothing. The head starts at zero, so every pair starts at σ(0) = 50%.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import AutoModel, PreTrainedTokenizerBase
+
+from minirlhf.data import (
+    PREFERENCE_DATASETS,
+    PreferencePair,
+    encode_preference_pairs,
+    encode_prompt_completion,
+    load_preference_pairs,
+)
+from minirlhf.logprobs import position_ids_from_mask
+from minirlhf.losses import bradley_terry_loss
+from minirlhf.models import ValueHead, load_model, load_tokenizer
+from minirlhf.trainers.common import TrainConfig, make_history, progress, require_positive, set_seed
+
+HEAD_FILE = "reward_head.safetensors"
+
+
+class RewardModel(nn.Module):
+    """RM_φ(x, y): a GPT-2 transformer (no LM head) + a scalar head on the last real token.
+
+        scores = reward_model(input_ids, attention_mask)     # (B, T), (B, T) -> (B,)
+        reward_model.score(prompts, completions)             # texts -> list of floats (needs a tokenizer)
+    """
+
+    def __init__(self, backbone: nn.Module, tokenizer: PreTrainedTokenizerBase | None = None):
+        super().__init__()
+        self.backbone = backbone  # GPT2Model: (B, T) ids -> (B, T, d) hidden states
+        self.head = ValueHead(backbone.config.hidden_size)  # (B, d) -> (B,), zero-initialised
+        self.tokenizer = tokenizer  # optional, so that `score` and `sentiment_task` work on texts
+
+    @classmethod
+    def from_pretrained_lm(cls, name_or_path: str = "tiny", device: str | torch.device = "auto") -> RewardModel:
+        """Start from a causal LM (`load_model` name or folder): keep its transformer, drop its LM head."""
+        lm, tokenizer = load_model(name_or_path, device=device)
+        return cls(lm.base_model, tokenizer)  # GPT2LMHeadModel.base_model is its GPT2Model `transformer`
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        hidden = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),  # padding-proof positions, as for the policy
+            use_cache=False,
+        ).last_hidden_state  # (B, T, d)
+        T = attention_mask.shape[1]
+        last = T - 1 - attention_mask.flip(-1).argmax(-1)  # (B,) column of the last real token (right padding ok)
+        h_last = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B, d)
+        return self.head(h_last)  # (B,)
+
+    @torch.no_grad()
+    def score(
+        self,
+        prompts: list[str],
+        completions: list[str],
+        tokenizer: PreTrainedTokenizerBase | None = None,
+        batch_size: int = 256,
+        max_length: int | None = None,
+    ) -> list[float]:
+        """RM(x, y) of each prompt + completion, encoded exactly as in training (completion + EOS)."""
+        tokenizer = tokenizer or self.tokenizer
+        if tokenizer is None:
+            raise ValueError("RewardModel.score needs a tokenizer: pass tokenizer=... or build the model with one")
+        was_training = self.training
+        self.eval()
+        device = next(self.parameters()).device
+        max_length = max_length or _context_size(self)
+        scores = []
+        for i in range(0, len(prompts), batch_size):
+            batch = encode_prompt_completion(
+                tokenizer, prompts[i : i + batch_size], completions[i : i + batch_size], max_length=max_length
+            )
+            scores += self(batch["input_ids"].to(device), batch["attention_mask"].to(device)).tolist()
+        self.train(was_training)
+        return scores
+
+    def save(self, directory: str | Path) -> Path:
+        """backbone -> config.json + model.safetensors (save_pretrained), head -> reward_head.safetensors,
+        plus the tokenizer when the model carries one."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.backbone.save_pretrained(directory, safe_serialization=True)
+        save_file({k: v.contiguous() for k, v in self.head.state_dict().items()}, str(directory / HEAD_FILE))
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(directory)
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path, device: str | torch.device = "cpu") -> RewardModel:
+        """The inverse of `save` (safetensors only; no code is executed from the folder)."""
+        directory = Path(directory)
+        if not (directory / HEAD_FILE).is_file():
+            raise FileNotFoundError(f"{directory} has no {HEAD_FILE}: not a folder written by RewardModel.save")
+        backbone = AutoModel.from_pretrained(directory, local_files_only=True, use_safetensors=True)
+        tokenizer = load_tokenizer(directory) if (directory / "tokenizer_config.json").is_file() else None
+        model = cls(backbone, tokenizer)
+        model.head.load_state_dict(load_file(str(directory / HEAD_FILE)))
+        return model.to(device).eval()
+
+
+def _context_size(model: nn.Module) -> int | None:
+    config = model.backbone.config if isinstance(model, RewardModel) else model.config
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+
+
+@dataclass
+class RewardModelConfig(TrainConfig):
+    model: str = "tiny"  # the backbone: for the sentiment task the base model (the SFT-policy analogue)
+    data: str = "sentiment"  # preference data: shipped name, folder of {train,test}.jsonl, .jsonl file or hub name
+    steps: int = 150  # 150 x 32 = 2.4 passes over the 2000 shipped pairs
+    lr: float = 1e-3
+    batch_size: int = 32  # pairs per step (2 x batch_size sequences in one forward)
+    max_length: int | None = None  # tokens per sequence; None = the model's context size
+    eval_every: int = 25
+
+    def validate(self) -> None:
+        super().validate()
+        require_positive(self, "batch_size")
+        if self.max_length is not None:
+            require_positive(self, "max_length")
+
+
+def pair_scores(
+    reward_model: RewardModel, tokenizer, pairs: list[PreferencePair], max_length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RM(x, y_w) and RM(x, y_l), each (B,), from ONE forward over the 2B concatenated sequences."""
+    device = next(reward_model.parameters()).device
+    batch = encode_preference_pairs(tokenizer, pairs, max_length=max_length or _context_size(reward_model))
+    scores = reward_model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (2B,)
+    return scores[: len(pairs)], scores[len(pairs) :]
+
+
+def pair_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> float:
+    """Fraction of pairs ranked right, RM(x, y_w) > RM(x, y_l); a tie counts 1/2, so the untrained model (zero
+    head: every score 0) and a coin flip both sit at chance, 0.5."""
+    return ((chosen > rejected).float() + 0.5 * (chosen == rejected).float()).mean().item()
+
+
+@torch.no_grad()
+def evaluate_pairs(
+    reward_model: RewardModel, tokenizer, pairs: list[PreferencePair], batch_size: int = 256, max_length=None
+) -> dict[str, float]:
+    """Held-out pair accuracy (see `pair_accuracy`), Bradley-Terry loss and mean margin RM(y_w) - RM(y_l)."""
+    was_training = reward_model.training
+    reward_model.eval()
+    chosen, rejected = [], []
+    for i in range(0, len(pairs), batch_size):
+        c, r = pair_scores(reward_model, tokenizer, pairs[i : i + batch_size], max_length)
+        chosen.append(c)
+        rejected.append(r)
+    reward_model.train(was_training)
+    chosen, rejected = torch.cat(chosen), torch.cat(rejected)
+    return {
+        "accuracy": pair_accuracy(chosen, rejected),
+        "loss": bradley_terry_loss(chosen, rejected).item(),
+        "margin": (chosen - rejected).mean().item(),
+    }
+
+
+def train_reward_model(
+    train_pairs: list[PreferencePair] | str | None = None,
+    config: RewardModelConfig | None = None,
+    eval_pairs: list[PreferencePair] | str | None = None,
+    callbacks=(),
+):
+    """Fit RM_φ to preference pairs with the Bradley-Terry loss. Returns (reward_model, tokenizer, history).
+
+    `train_pairs` is a list of `PreferencePair` or anything `load_preference_pairs` reads (its "train" split);
+    None means `config.data`. When `eval_pairs` is None and that source is a folder (or shipped name) with a
+    test.jsonl, the test split is the held-out set.
+    The history logs, per step, loss / accuracy / margin on the batch and, every `eval_every` steps (and before the
+    first and after the last update), `eval/accuracy` etc. on the held-out pairs. With `config.out_dir`, the model
+    is saved there with `RewardModel.save` (folder `reward_model/`).
+    """
+    config = config or RewardModelConfig()
+    train_pairs, eval_pairs = resolve_pairs(train_pairs, eval_pairs, config.data)
+    set_seed(config.seed)
+    reward_model = RewardModel.from_pretrained_lm(config.model, device=config.device)
+    tokenizer = reward_model.tokenizer
+    optimizer = torch.optim.AdamW(reward_model.parameters(), lr=config.lr, weight_decay=0.0)
+    history = make_history(config, callbacks)
+    rng = random.Random(config.seed)
+    order: list[int] = []
+
+    def evaluate() -> dict[str, float]:
+        if not eval_pairs:
+            return {}
+        return {f"eval/{k}": v for k, v in evaluate_pairs(reward_model, tokenizer, eval_pairs).items()}
+
+    reward_model.train()
+    for step in progress(range(config.steps), config.progress, "reward model"):
+        metrics = evaluate() if step % config.eval_every == 0 else {}
+        order = order or rng.sample(range(len(train_pairs)), len(train_pairs))  # a fresh shuffle every epoch
+        batch = [train_pairs[order.pop()] for _ in range(min(config.batch_size, len(order)))]
+        chosen, rejected = pair_scores(reward_model, tokenizer, batch, config.max_length)  # (B,), (B,)
+        loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(reward_model.parameters(), config.max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        metrics |= {
+            "loss": loss.item(),
+            "accuracy": pair_accuracy(chosen, rejected),
+            "margin": (chosen - rejected).mean().item(),
+            "grad_norm": grad_norm.item(),
+        }
+        history.log(step, **metrics)
+    reward_model.eval()
+    if eval_pairs:
+        history.log(config.steps, **evaluate())  # the final model, after the last update
+    if config.out_dir is not None:
+        reward_model.save(Path(config.out_dir) / "reward_model")
+        (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    return reward_model, tokenizer, history
+
+
+def resolve_pairs(train_pairs, eval_pairs, data: str) -> tuple[list[PreferencePair], list[PreferencePair] | None]:
+    """Turn the trainers' flexible arguments into lists of pairs (see `train_reward_model`)."""
+    if train_pairs is None:
+        train_pairs = data
+    if isinstance(train_pairs, str | Path):
+        source = train_pairs
+        train_pairs = load_preference_pairs(source, "train")
+        if eval_pairs is None and _has_split(source, "test"):
+            eval_pairs = load_preference_pairs(source, "test")
+    if isinstance(eval_pairs, str | Path):
+        eval_pairs = load_preference_pairs(eval_pairs, "test")
+    if len(train_pairs) == 0:
+        raise ValueError("train_pairs is empty: preference training needs at least one pair")
+    return list(train_pairs), (list(eval_pairs) if eval_pairs else None)
+
+
+def _has_split(data: str | Path, split: str) -> bool:
+    folder = PREFERENCE_DATASETS.get(str(data), Path(data))
+    return (folder / f"{split}.jsonl").is_file()
