@@ -15,6 +15,7 @@ the log-probs stay those of the full one, as TRL and most libraries do.)
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -86,6 +87,8 @@ def sample(
         )
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id
+    generator = _generator_on(device, generator)
+    cache_kwarg = _cache_keyword(model)
 
     was_training = model.training
     model.eval()
@@ -99,9 +102,10 @@ def sample(
     cache = None
     for t in range(max_new_tokens):
         out = model(
-            input_ids=step_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache, use_cache=True
+            input_ids=step_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+            **{cache_kwarg: cache},
         )
-        cache = out.cache
+        cache = getattr(out, cache_kwarg)
         logits = out.logits[:, -1].float()  # (B, V)
         if greedy:
             next_token = logits.argmax(-1)
@@ -137,6 +141,20 @@ def sample(
         group_size=group_size,
         ended_with_eos=~alive,
     )
+
+
+def _generator_on(device: torch.device, generator: torch.Generator | None) -> torch.Generator | None:
+    """torch.multinomial needs a generator on the device it samples on. A CPU generator given for a CUDA model
+    seeds a CUDA one from its next draw, so runs stay reproducible from the one CPU seed."""
+    if generator is None or generator.device.type == device.type:
+        return generator
+    seed = int(torch.randint(2**62, (1,), generator=generator))
+    return torch.Generator(device).manual_seed(seed)
+
+
+def _cache_keyword(model: nn.Module) -> str:
+    """The KV-cache argument's name: `cache` in recent transformers 5.x, `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p) -> None:

@@ -225,7 +225,7 @@ class LiveHistoryPlot:
 
         live = LiveHistoryPlot(["loss", "reward"], every=20)
         display(live)
-        ...  # the trainer calls live({"step": step, "loss": ..., "reward": ...})
+        train_grpo(task, config, callbacks=[live])   # trainers call live(history) after every step
 
     Outside a notebook (scripts, CI) it prints one line with the latest values instead.
     """
@@ -242,8 +242,11 @@ class LiveHistoryPlot:
         use_widget = in_notebook() if notebook is None else notebook
         self.output = W.Output(layout=W.Layout(height=height, overflow="auto")) if use_widget else None
 
-    def __call__(self, row: dict) -> None:
-        """Record one history row (must contain "step") and redraw on every `every`-th step."""
+    def __call__(self, row: dict | list[dict]) -> None:
+        """Record one history row (must contain "step") and redraw on every `every`-th step. Trainers pass their
+        whole history (a list of rows): then the newest row is the one recorded."""
+        if isinstance(row, list):
+            row = row[-1]
         self.history.append(row)
         if row["step"] % self.every == 0:
             self.redraw()
