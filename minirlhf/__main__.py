@@ -1,8 +1,12 @@
 """The command line: `python -m minirlhf <command> [--flags]`, each flag a field of that method's config.
 
+    python -m minirlhf demo                   # the showcase: GRPO on arithmetic + DPO on sentiment
     python -m minirlhf sample --model tiny --prompt "17+25=" --prompt "The acting was"
     python -m minirlhf grpo --steps 60 --beta 0.0 --out-dir runs/grpo
     python -m minirlhf rloo --steps 60
+    python -m minirlhf ppo --steps 60
+    python -m minirlhf reward-model --out-dir runs/rm
+    python -m minirlhf dpo --beta 0.5 --loss-type ipo
     python -m minirlhf <command> --help       # every flag with its default
 """
 
@@ -65,9 +69,19 @@ def _sample(argv: list[str]) -> None:
         print(f"{prompt!r} -> {completion!r}   log p(y|x) = {sum(logps):.2f}\n    {tokens}")
 
 
+def _demo(argv: list[str]) -> None:
+    from minirlhf.demo import run_demo
+
+    parser = argparse.ArgumentParser(prog="python -m minirlhf demo", description="GRPO + DPO showcase.")
+    parser.add_argument("--out", default="outputs/demo", help="folder for summary.md/json and the figures")
+    parser.add_argument("--quick", action="store_true", help="a few steps of each, to check that it runs")
+    args = parser.parse_args(argv)
+    run_demo(args.out, quick=args.quick)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ["sample", "sft", "reinforce", "rloo", "grpo", "reward-model", "dpo"]
+    commands = ["demo", "sample", "sft", "reinforce", "rloo", "grpo", "ppo", "reward-model", "dpo"]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__)
         print("commands:", ", ".join(commands))
@@ -75,8 +89,8 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"unknown command {argv[0]!r}")
         return
     command, rest = argv[0], argv[1:]
-    if command == "sample":
-        return _sample(rest)
+    if command in ("demo", "sample"):
+        return {"demo": _demo, "sample": _sample}[command](rest)
     methods = _methods()
     config_cls, run = methods["reinforce" if command == "rloo" else command]
     parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}")

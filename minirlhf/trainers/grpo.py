@@ -39,11 +39,15 @@ from minirlhf.trainers.online import (
 
 @dataclass
 class GRPOConfig(OnlineConfig):
-    lr: float = 2e-4
+    steps: int = 200
+    eval_every: int = 25
+    lr: float = 3e-4
+    prompts_per_step: int = 32  # x group_size 8 = 256 completions per step
+    beta: float = 0.0  # no KL leash by default (as DAPO / Dr. GRPO); 0.04 is the GRPO paper's value
     eps: float = 0.2  # ε: clip range of the ratio r_t(θ)
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
     scale: str = "group"  # advantage scaling: "group" std (GRPO), "batch" std, or "none" (Dr. GRPO)
-    aggregation: str = "seq-mean"  # token weighting, see losses.aggregate (length bias)
+    aggregation: str = "token-mean"  # token weighting, see losses.aggregate ("seq-mean" = GRPO paper)
 
     def validate(self) -> None:
         super().validate()

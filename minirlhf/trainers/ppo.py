@@ -1,0 +1,214 @@
+"""PPO for language models (Schulman et al., 2017; the RLHF recipe of Ouyang et al., 2022).
+
+Four models in the lecture's picture: the policy p_θ, a frozen reference p_ref, the reward R(x, y) (here the
+task's verifier) and the value function V(s_t). As in most implementations, V is the policy itself with a
+scalar head (`models.ValueHead`) on its last hidden state: one forward pass gives both log p_θ and V.
+
+Each step:
+1. sample y ~ p_θold(·|x) for a batch of prompts, score R(x, y), and record log p_θold, log p_ref and V_old;
+2. turn the one reward per sequence into a reward per token, with the KL leash spread over the tokens:
+
+       r_t = -β · k1_t + [t = last token] · R(x, y),      k1_t = log p_θold(y_t|..) - log p_ref(y_t|..)
+
+   so that Σ_t r_t = R(x, y) - β Σ_t log p_θold/p_ref: the return of the episode is the RLHF objective's
+   reward minus β times the sampled estimate of KL(p_θ || p_ref);
+3. estimate per-token advantages with GAE (Schulman et al., 2016) on the state values V(s_t):
+
+       δ_t = r_t + γ V(s_{t+1}) - V(s_t),      Â_t = Σ_l (γλ)^l δ_{t+l},      R_t = Â_t + V(s_t)  (V's target)
+
+4. `epochs` passes of minibatch steps on  L = L_clip(θ) + c_V · L_V:
+
+       L_clip = -E_t[ min(r_t(θ) Â_t, clip(r_t(θ), 1-ε, 1+ε) Â_t) ],   r_t(θ) = p_θ(y_t|..) / p_θold(y_t|..)
+       L_V    = ½ E_t[ max((V(s_t) - R_t)², (V_old + clip(V - V_old, -c, c) - R_t)²) ]
+
+Why Â_t is a fine stand-in for the true advantage (Spinning Up, "GAE"): with the exact V^π, E[δ_t | s_t, y_t]
+= Q(s_t, y_t) - V(s_t) = A(s_t, y_t). Any discounted sum of future δ's telescopes into a return minus V(s_t):
+λ = 1 gives Σ_l γ^l r_{t+l} - V(s_t) (unbiased, high variance); λ = 0 gives δ_t (low variance, biased when V
+is wrong). λ in between trades the two. γ = 1 is natural here: episodes are a handful of tokens long.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from torch import nn
+
+from minirlhf.logprobs import forward_logits, logprobs_on_response
+from minirlhf.losses import gae, kl_k1, kl_k3, masked_mean, masked_whiten, ppo_clip_loss, value_loss
+from minirlhf.models import ValueHead, disable_dropout, frozen_copy, load_model
+from minirlhf.tasks import Task
+from minirlhf.trainers.common import make_history, progress, require_non_negative, require_positive, save_run, set_seed
+from minirlhf.trainers.online import (
+    Experience,
+    OnlineConfig,
+    collect,
+    evaluation,
+    experience_metrics,
+    minibatches,
+)
+
+
+@dataclass
+class PPOConfig(OnlineConfig):
+    lr: float = 3e-5
+    prompts_per_step: int = 64  # one completion per prompt: V is the baseline, no group is needed
+    group_size: int = 1  # G: completions per prompt (PPO works with 1)
+    beta: float = 0.05  # β: per-token KL penalty -β·k1_t folded into the reward; 0 drops p_ref
+    minibatch_size: int | None = 16  # completions per gradient step; None = the whole batch
+    eps: float = 0.2  # ε: clip range of the ratio r_t(θ)
+    epochs: int = 4  # passes over each batch of samples
+    gamma: float = 1.0  # γ: discount across the tokens of one response
+    lam: float = 0.95  # λ: GAE's bias-variance knob (0 = one-step TD error, 1 = Monte Carlo return)
+    vf_coef: float = 0.1  # c_V: weight of the value loss in L = L_clip + c_V · L_V
+    cliprange_value: float | None = 0.2  # c: V may move at most this far from V_old per batch; None = off
+    whiten_advantages: bool = True  # standardise Â over the batch's real tokens (mean 0, std 1)
+
+    def validate(self) -> None:
+        super().validate()
+        require_positive(self, "eps", "epochs")
+        require_non_negative(self, "vf_coef")
+        for name in ("gamma", "lam"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
+                raise ValueError(f"PPOConfig.{name} must lie in [0, 1], got {value!r}")
+        if self.cliprange_value is not None:
+            require_positive(self, "cliprange_value")
+
+
+def policy_forward(
+    model: nn.Module, value_head: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One forward pass of p_θ -> (logp, entropy, values) on the response columns of the selected rows, each (b, N).
+
+    Alignment. Full columns are [0, P) prompt (left-padded) and [P, P + N) response. Response token t sits at
+    column P + t. The hidden state h[P + t - 1] has read x, y_<t and nothing else: it is the state s_t in which
+    y_t is chosen. It gives both the logits of p_θ(· | x, y_<t) (that is how `logprobs_on_response` scores
+    column P + t) and V(s_t). So the values of the N response tokens are the head on columns P-1 .. P+N-2.
+    Column P-1 is always a real token: prompts are left-padded, so their last token sits there.
+    """
+    r = exp.rollout
+    ids, attn, resp = r.input_ids[rows], r.attention_mask[rows], r.response_mask[rows]  # (b, P + N)
+    logits, hidden = forward_logits(model, ids, attn, output_hidden_states=True)  # (b, P+N, V), (b, P+N, d)
+    logp, entropy = logprobs_on_response(logits, ids, resp, temperature, return_entropy=True)  # (b, P + N)
+    P = exp.prompt_length
+    # V(s_t) = head(h[P + t - 1]) for t = 0 .. N-1
+    values = value_head(hidden[:, P - 1 : -1])  # (b, N)
+    return exp.response(logp), exp.response(entropy), values
+
+
+def token_rewards(
+    rewards: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None = None, beta: float = 0.0
+) -> torch.Tensor:
+    """Per-token rewards (B, N) from sequence rewards (B,) and per-token KL estimates (B, N):
+
+        r_t = -β · kl_t  +  R(x, y) on the last real token of the response;   0 on padding
+
+    `mask` is right-padded (every response starts at column 0), so the last real token is column |y| - 1.
+    """
+    r = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # (B, N)
+    if kl is not None and beta > 0:
+        r = r - beta * kl
+    last = (mask.sum(-1).long() - 1).clamp_min(0)  # (B,) column of each response's last token (EOS if any)
+    r[torch.arange(mask.shape[0], device=mask.device), last] += rewards
+    return torch.where(mask.bool(), r, torch.zeros_like(r))
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """1 - Var(R_t - V) / Var(R_t) over real tokens: 1 = V predicts the returns, 0 = no better than a constant."""
+    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+    residual = returns - values
+    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+    return (1 - var_residual / var_returns.clamp_min(1e-8)).item()
+
+
+def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
+    """Train p_θ (and its value head) with PPO on `task`. Returns (model, tokenizer, history).
+
+    The value head is not part of the returned model; with `out_dir` it is saved as value_head.safetensors.
+    """
+    config = config or PPOConfig()
+    generator = set_seed(config.seed)
+    rng = random.Random(config.seed)
+    if model is None:
+        model, tokenizer = load_model(config.model, device=config.device)
+    disable_dropout(model)
+    ref = frozen_copy(model) if config.beta > 0 else None  # β = 0: no reference model at all
+    device = next(model.parameters()).device
+    value_head = ValueHead(model.config.hidden_size).to(device)  # V(s_t), starts at 0 everywhere
+    params = list(model.parameters()) + list(value_head.parameters())
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    history = make_history(config, callbacks)
+    all_rows = torch.arange(config.batch_size)
+
+    for step in progress(range(config.steps), config.progress, "ppo"):
+        metrics = {}
+        if step % config.eval_every == 0:
+            metrics |= evaluation(task, model, tokenizer)
+
+        # 1. sample y ~ p_θold, score R(x, y), record log p_θold (from sampling) and log p_ref
+        exp = collect(model, tokenizer, ref, task, config, rng, generator)
+        mask = exp.mask  # (B, N)
+        with torch.no_grad():
+            # V_old(s_t), once per batch: the baseline of GAE and the anchor of value clipping
+            _, _, old_values = policy_forward(model, value_head, exp, all_rows, config.temperature)  # (B, N)
+            # 2. r_t = -β · (log p_θold - log p_ref) + R(x, y) at the last token
+            kl = kl_k1(exp.old_logp, exp.ref_logp) if exp.ref_logp is not None else None  # (B, N)
+            rewards = token_rewards(exp.rewards, mask, kl, config.beta)  # (B, N)
+            # 3. Â_t = Σ_l (γλ)^l δ_{t+l} and the value targets R_t = Â_t + V_old(s_t)
+            advantages, returns = gae(rewards, old_values, mask, config.gamma, config.lam)  # (B, N) each
+            raw_advantages = advantages
+            if config.whiten_advantages:
+                advantages = masked_whiten(advantages, mask)
+        metrics |= experience_metrics(exp)
+        metrics |= {
+            "value_mean": masked_mean(old_values, mask).item(),
+            "return_mean": masked_mean(returns, mask).item(),
+            "advantage_mean": masked_mean(raw_advantages, mask).item(),
+            "explained_variance": explained_variance(old_values, returns, mask),
+        }
+
+        # 4. `epochs` passes of minibatch steps on L = L_clip + c_V · L_V
+        model.train()
+        sums: dict[str, float] = {}
+        updates = 0
+        for _ in range(config.epochs):
+            for rows in minibatches(config.batch_size, config.minibatch_size, generator):
+                logp, entropy, values = policy_forward(model, value_head, exp, rows, config.temperature)  # (b, N)
+                m = mask[rows]
+                policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps)
+                v_loss = value_loss(values, old_values[rows], returns[rows], m, clip=config.cliprange_value)
+                # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together)
+                loss = policy_loss + config.vf_coef * v_loss
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                with torch.no_grad():
+                    logged = {
+                        "loss": loss.item(),
+                        "policy_loss": policy_loss.item(),
+                        "value_loss": v_loss.item(),
+                        "clip_frac": stats["clip_frac"],
+                        "approx_kl": stats["approx_kl"],  # KL(p_θold || p_θ): how far this batch moved p_θ
+                        "ratio_mean": stats["ratio_mean"],
+                        "entropy": masked_mean(entropy, m).item(),
+                        "grad_norm": grad_norm.item(),
+                    }
+                    if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it
+                        logged["kl"] = masked_mean(kl_k3(logp, exp.ref_logp[rows]), m).item()
+                for key, value in logged.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                updates += 1
+        model.eval()
+        metrics |= {key: total / updates for key, total in sums.items()}  # means over all minibatch steps
+        history.log(step, **metrics)
+
+    history.log(config.steps, **evaluation(task, model, tokenizer))  # the final policy, after the last update
+    out = save_run(model, tokenizer, config, history)
+    if out is not None:
+        save_file(value_head.state_dict(), str(Path(out) / "value_head.safetensors"))
+    return model, tokenizer, history
