@@ -19,7 +19,7 @@ demo: $(STAMP)
 	$(PY) -m minirlhf demo
 
 test: $(STAMP)
-	$(PY) -m ruff check minirlhf tests scripts benchmarks
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 notebooks: $(STAMP)
