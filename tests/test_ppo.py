@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from minirlhf.losses import gae
-from minirlhf.models import SHIPPED, ValueHead, load_model
+from minirlhf.models import SHIPPED, ValueHead
 from minirlhf.sampling import sample
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.online import Experience
@@ -143,10 +143,10 @@ LEARNING_STEPS = 20  # measured from tiny-sft (0.598): 0.818 / 0.832 / 0.817 hel
 def test_ppo_improves_held_out_accuracy_over_sft():
     """A short run with the default config (64 prompts, 4 epochs of 4 minibatches per step) lifts greedy accuracy
     on all held-out problems by ~22 points; we ask for 10."""
-    sft, tokenizer = load_model("tiny-sft", device="cpu")
-    before = arithmetic.accuracy(sft, tokenizer)
-    config = PPOConfig(device="cpu", steps=LEARNING_STEPS, eval_every=LEARNING_STEPS, progress=False)
-    _, _, history = train_ppo(arithmetic.task(), config, model=sft, tokenizer=tokenizer)
-    _, accuracy = history.column("eval/accuracy")
-    assert accuracy[0] == pytest.approx(before)  # the step-0 evaluation is the SFT checkpoint itself
-    assert accuracy[-1] >= before + 0.10, f"held-out accuracy {before:.3f} -> {accuracy[-1]:.3f}"
+    config = PPOConfig(model="tiny-sft", device="cpu", steps=LEARNING_STEPS, eval_every=LEARNING_STEPS, progress=False)
+    _, _, history = train_ppo(arithmetic.task(), config)
+    steps, accuracy = history.column("eval/accuracy")
+    assert steps == [0, LEARNING_STEPS]  # step 0 evaluates the SFT checkpoint itself, before any update
+    before, after = accuracy
+    assert 0.3 < before < 0.8, f"tiny-sft is at {before:.3f}: re-measure LEARNING_STEPS and the margin"
+    assert after >= before + 0.10, f"held-out accuracy {before:.3f} -> {after:.3f}"
