@@ -1,0 +1,72 @@
+"""Smoke tests of the benchmark scripts (benchmarks/*.py): each runs end to end in its --quick configuration.
+
+They check the plumbing (worker processes, measurements, table, JSON, figure), not the numbers: the measured
+results live in benchmarks/README.md. Each takes well under a minute with OMP_NUM_THREADS=1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+
+
+def run_quick(script: str, out: Path) -> str:
+    env = os.environ | {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script), "--quick", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_learning_quick(tmp_path):
+    stdout = run_quick("learning.py", tmp_path)
+    for name in ("learning.json", "learning.md", "learning.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    report = json.loads((tmp_path / "learning.json").read_text())
+    summaries = {s["method"]: s for s in report["summaries"]}
+    assert list(summaries) == ["sft", "reinforce", "rloo", "ppo", "grpo"]
+    # every method starts from the same checkpoint: the "before" accuracy is the SFT baseline's
+    assert len({s["before"] for s in summaries.values()}) == 1
+    # the models each method holds, as counted while it trained: p_ref exactly when β > 0, V only for PPO
+    assert summaries["sft"]["models"] == "1 (policy)"
+    for result in report["results"][1:]:
+        roles = [m["role"] for m in result["census"]]
+        expected = ["policy"] + ["reference"] * (result["config"]["beta"] > 0)
+        expected += ["value head"] * (result["method"] == "ppo")
+        assert roles == expected, (result["method"], roles)
+    for s in summaries.values():
+        assert 0.0 <= s["after"] <= 1.0 and s["peak_rss_mib"] > 0 and s["wall_s"] > 0
+    rows = [line for line in (tmp_path / "learning.md").read_text().splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + len(summaries)  # header + one row per method
+    assert "| GRPO |" in stdout
+
+
+@pytest.mark.slow
+def test_frontier_quick(tmp_path):
+    stdout = run_quick("frontier.py", tmp_path)
+    for name in ("frontier.json", "frontier.md", "frontier.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    report = json.loads((tmp_path / "frontier.json").read_text())
+    results = {r["kind"]: r for r in report["results"]}
+    assert set(results) == {"reward_model", "reference", "dpo", "ppo", "grpo"}
+    assert abs(results["reference"]["final"]["kl"]) < 1e-4  # p_ref against itself
+    for kind in ("dpo", "ppo", "grpo"):
+        final = results[kind]["final"]
+        assert -1.0 <= final["sentiment"] <= 1.0 and final["kl"] == final["kl"]  # in range, not NaN
+    roles = {kind: [m["role"] for m in results[kind]["census"]] for kind in ("dpo", "ppo", "grpo")}
+    assert roles["dpo"] == ["policy", "reference"]  # DPOConfig.precompute_ref is off by default
+    with_ref = {kind: ["policy"] + ["reference"] * (results[kind]["beta"] > 0) for kind in ("ppo", "grpo")}
+    assert roles["ppo"] == with_ref["ppo"] + ["value head", "reward model"]
+    assert roles["grpo"] == with_ref["grpo"] + ["reward model"]
+    assert "| PPO |" in stdout
