@@ -13,7 +13,6 @@ machine description, and markdown tables.
 from __future__ import annotations
 
 import datetime as _dt
-import gc
 import json
 import os
 import platform
@@ -22,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -86,58 +84,29 @@ def worker_main(job_file: str, result_file: str, run_job: Callable[[dict], dict]
 
 
 def model_census(exclude: Sequence[Any] = ()) -> list[dict]:
-    """The models alive in this process right now, found by the garbage collector: one dict per top-level
-    `nn.Module` that owns parameters (a module that is the child of another one is part of that one), with
-    its role, class, parameter count and bytes. Parameters shared between models are counted once.
-
-    Roles: a language model with trainable weights is the "policy", one with every weight frozen a
-    "reference"; `ValueHead` is PPO's "value head"; `RewardModel` is the "reward model". `exclude`: modules
-    the benchmark itself holds (e.g. an evaluation-only copy of p_ref) that the method does not need.
+    """The models alive in this process right now (`minirlhf.memory.model_census`, found by the garbage
+    collector): one dict per top-level `nn.Module` that owns parameters, with its role ("policy", "reference",
+    "value head", "reward model"), class, parameter count and bytes. Parameters shared between models are
+    counted once. `exclude`: modules the benchmark itself holds (e.g. an evaluation-only copy of p_ref) that the
+    method does not need. (The library's "trained" flag is left out: the role already says it, and the JSON
+    files keep their fields.)
     """
-    from torch import nn
+    from minirlhf import memory  # imported here: the parent process never needs torch
 
-    gc.collect()
-    with warnings.catch_warnings():  # isinstance() on some deprecated torch objects warns
-        warnings.simplefilter("ignore")
-        modules = [obj for obj in gc.get_objects() if isinstance(obj, nn.Module)]
-    children = {id(child) for module in modules for child in module.children()}
-    skip = {id(module) for module in exclude}
-    seen_params: set[int] = set()
-    census = []
-    for module in modules:
-        if id(module) in children or id(module) in skip:
-            continue
-        params = [p for p in module.parameters() if id(p) not in seen_params]
-        if not params:
-            continue
-        seen_params.update(id(p) for p in params)
-        name = type(module).__name__
-        if name == "ValueHead":
-            role = "value head"
-        elif name == "RewardModel":
-            role = "reward model"
-        elif hasattr(module, "generate"):
-            role = "policy" if any(p.requires_grad for p in params) else "reference"
-        else:
-            role = name
-        census.append({
-            "role": role,
-            "class": name,
-            "params": sum(p.numel() for p in params),
-            "bytes": sum(p.numel() * p.element_size() for p in params),
-        })
-    order = ["policy", "reference", "value head", "reward model"]
-    census.sort(key=lambda m: order.index(m["role"]) if m["role"] in order else len(order))
-    return census
+    return [{key: m[key] for key in ("role", "class", "params", "bytes")} for m in memory.model_census(exclude=exclude)]
 
 
 def census_summary(census: list[dict]) -> str:
     """'2 (policy, reference)' and so on."""
-    return f"{len(census)} ({', '.join(m['role'] for m in census)})" if census else "0"
+    from minirlhf import memory
+
+    return memory.census_summary(census)
 
 
 def census_mb(census: list[dict]) -> float:
-    return sum(m["bytes"] for m in census) / 2**20
+    from minirlhf import memory
+
+    return memory.census_mb(census)
 
 
 # ----------------------------------------------------------------------------------------------- reporting

@@ -233,11 +233,11 @@ QUESTIONS_LIST = [
          "C": "+1/8 each",
          "D": "Undefined: the std is 0 and training crashes"},
         "B",
-        "R_i - mean = 0 for every i (the small ε added to the std avoids 0/0). Prompts that are always "
-        "solved, "
-        "or never solved, teach nothing; only the KL term still acts on them. A larger G makes such "
-        "groups rarer: "
-        "see widgets.group_size_explorer().",
+        "R_i - mean = 0 for every i, and the std is 0 too. losses.grpo_advantages does not divide 0 by 0: "
+        "it treats any group whose std is below eps = 1e-4 as constant and sets its advantages to exactly 0 "
+        "(so float noise cannot be blown up into advantages of order ±1). Prompts that are always solved, or "
+        "never solved, teach nothing; only the KL term still acts on them. A larger G makes such groups "
+        "rarer: see widgets.group_size_explorer().",
     ),
     Question(
         "grpo-k3", "grpo",

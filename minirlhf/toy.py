@@ -10,13 +10,14 @@ its sample-based estimate. Notation follows the lecture: p_θ (policy), p_ref (r
 - DPO reparameterisation        R(y) = β log p*(y)/p_ref(y) + β log Z   (Z cancels in R(y_w) - R(y_l))
 - KL estimators                 k1, k2, k3 from samples y ~ p_θ versus the exact KL
 - Policy gradient               ∇J = E_{y~p_θ}[(R(y) - b) ∇ log p_θ(y)] for a softmax policy over K actions
+- Token-level gradients         grad_wrt_logp: d loss / d log p of each token, for any loss
 - GRPO group baseline           how noisy the mean of G binary rewards is
 - GAE                           a fixed toy trajectory for the γ/λ explorer
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -253,6 +254,18 @@ def clip_curve(ratios: Sequence[float] | torch.Tensor, advantage: float,
     objective = losses.clipped_surrogate(r, torch.full_like(r, advantage), eps)
     (grad,) = torch.autograd.grad(objective.sum(), r)
     return objective.detach(), grad
+
+
+def grad_wrt_logp(loss_fn: Callable[[torch.Tensor], torch.Tensor], logp: torch.Tensor) -> torch.Tensor:
+    """d loss_fn(logp) / d logp: the gradient of a loss with respect to the per-token log-probs themselves.
+
+    This is how hard (and which way) each token is pushed: a negative entry means gradient descent raises that
+    token's log-probability. Used to compare objectives token by token (PPO at θ = θ_old against REINFORCE,
+    GRPO's aggregations, the k3 penalty) without a model. `logp` itself is left untouched.
+    """
+    x = logp.detach().clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(loss_fn(x), x)
+    return grad
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -271,11 +271,13 @@ def plot_history(history: Sequence[dict], keys: Sequence[str], title: str | None
     return _finish(fig, title or f"training history, step {last_step}")
 
 
-def plot_frontier(runs: Sequence[dict], title: str = "Reward vs KL to p_ref") -> Figure:
+def plot_frontier(runs: Sequence[dict], title: str = "Reward vs KL to p_ref", ylabel: str = "reward",
+                  xlabel: str = "KL(p_θ ‖ p_ref)") -> Figure:
     """Reward against KL(p_θ ‖ p_ref), one line per method (runs sorted by KL), each point labelled.
 
     runs: dicts {"method": str, "label": str, "kl": float, "reward": float}. Up and to the left is better:
-    more reward for the same drift from the reference.
+    more reward for the same drift from the reference. ylabel / xlabel name what "reward" and "kl" measure
+    (e.g. a ground-truth score rather than the reward model's proxy).
     """
     fig, axes = new_figure()
     ax: Axes = axes[0, 0]
@@ -286,8 +288,8 @@ def plot_frontier(runs: Sequence[dict], title: str = "Reward vs KL to p_ref") ->
         for run in points:
             ax.annotate(run["label"], (run["kl"], run["reward"]), textcoords="offset points", xytext=(4, 4),
                         fontsize=8)
-    ax.set_xlabel("KL(p_θ ‖ p_ref)")
-    ax.set_ylabel("reward")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     if methods:
         ax.legend()
     return _finish(fig, title)

@@ -139,3 +139,15 @@ def test_every_exercise_solves_and_describes_itself():
 def test_exercise_rejects_unknown_parameters():
     with pytest.raises(TypeError, match="takes"):
         quiz.check_number("ppo-objective", 1.2, ratio=1.5)
+
+
+def test_grpo_all_same_explanation_matches_the_code():
+    import inspect
+
+    eps = inspect.signature(losses.grpo_advantages).parameters["eps"].default
+    explanation = quiz.QUESTIONS["grpo-all-same"].explanation
+    import re
+
+    assert float(re.search(r"eps = ([0-9.e-]+)", explanation).group(1)) == eps  # the threshold the code uses
+    assert "added to the std" not in explanation
+    assert (losses.grpo_advantages(torch.tensor([1.0, 1.0 + eps / 10, 1.0, 1.0]), 4) == 0).all()

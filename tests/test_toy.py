@@ -187,3 +187,19 @@ def test_toy_gae_limits():
     reward_to_go = r.flip(0).cumsum(0).flip(0)
     torch.testing.assert_close(mc, reward_to_go - v)  # λ = γ = 1: return minus V
     torch.testing.assert_close(returns, reward_to_go)
+
+
+def test_grad_wrt_logp_matches_analytic_gradients():
+    logp = torch.tensor([[-0.5, -1.0, -2.0], [-0.1, -0.3, -4.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    advantages = torch.tensor([1.0, -2.0])
+    # REINFORCE, seq-sum: dL/dlogp_t = -Â_i / B on real tokens, 0 on padding
+    g = toy.grad_wrt_logp(lambda lp: losses.reinforce_loss(lp, advantages, mask), logp)
+    assert torch.allclose(g, -advantages[:, None] * mask / 2)
+    assert not logp.requires_grad  # the input is left untouched
+    # k3 penalty alone (Â = 0): β (1 - p_ref/p_θ) / |y| per token
+    ref = torch.tensor([[-0.9, -1.0, -1.2]])
+    one = torch.ones(1, 3)
+    g = toy.grad_wrt_logp(lambda lp: losses.grpo_loss(lp, logp[:1], ref, torch.zeros(1), one, eps=0.2, beta=0.1)[0],
+                          logp[:1])
+    assert torch.allclose(g, 0.1 * (1 - (ref - logp[:1]).exp()) / 3)

@@ -213,6 +213,13 @@ def test_plot_frontier_groups_and_sorts_by_kl():
     np.testing.assert_allclose(line(ax, "ppo")[1], [0.6, 0.9])
     np.testing.assert_allclose(line(ax, "dpo")[1], [0.7])
     assert {t.get_text() for t in ax.texts} == {"β=0.01", "β=0.1"}
+    assert ax.get_ylabel() == "reward"
+
+
+def test_plot_frontier_axis_labels_are_parameters():
+    runs = [{"method": "dpo", "label": "β=0.1", "kl": 2.0, "reward": 0.7}]
+    ax = viz.plot_frontier(runs, ylabel="sentiment (VADER)", xlabel="sequence KL").axes[0]
+    assert ax.get_ylabel() == "sentiment (VADER)" and ax.get_xlabel() == "sequence KL"
 
 
 def test_plot_logps_reports_moves():
