@@ -7,6 +7,8 @@
     python -m minirlhf ppo --steps 60
     python -m minirlhf reward-model --out-dir runs/rm
     python -m minirlhf dpo --beta 0.5 --loss-type ipo
+    python -m minirlhf grpo --preset t4 --steps 100   # real GPT-2 sizes for a Colab T4 (minirlhf.presets)
+    accelerate launch --num_processes 2 -m minirlhf dpo --preset t4   # data parallel over 2 GPUs
     python -m minirlhf <command> --help       # every flag with its default
 """
 
@@ -17,6 +19,7 @@ import json
 import sys
 
 from minirlhf.cli import add_config_arguments, config_from_args
+from minirlhf.presets import PRESETS, preset
 
 
 def _methods() -> dict:
@@ -93,11 +96,16 @@ def main(argv: list[str] | None = None) -> None:
         return {"demo": _demo, "sample": _sample}[command](rest)
     methods = _methods()
     config_cls, run = methods["reinforce" if command == "rloo" else command]
-    parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}")
+    parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}", allow_abbrev=False)
     add_config_arguments(parser, config_cls)
+    parser.add_argument("--preset", choices=sorted(PRESETS), help="GPU-sized settings (minirlhf.presets); flags win")
     if command == "rloo":
         parser.set_defaults(baseline="rloo")
-    config = config_from_args(config_cls, parser.parse_args(rest))
+    args = parser.parse_args(rest)
+    if args.preset:  # the preset's values become the defaults, and the flags given are parsed again over them
+        parser.set_defaults(**preset(args.preset, command))
+        args = parser.parse_args(rest)
+    config = config_from_args(config_cls, args)
     history = run(config)
     print(json.dumps({k: v for k, v in history[-1].items()}, indent=1))
 

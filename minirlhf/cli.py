@@ -1,4 +1,8 @@
-"""Map a method's config dataclass onto command-line flags: every field becomes `--field-name VALUE`."""
+"""Map a method's config dataclass onto command-line flags: every field becomes `--field-name VALUE`.
+
+A field that may be None (`int | None`, `str | None`, ...) takes `none`; a bool field takes true/false, and its bare
+flag (`--debug`) means true. Unknown flags and abbreviations are errors (argparse's own message names them).
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,26 @@ import argparse
 import dataclasses
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 
-def _field_type(tp: Any) -> type:
-    """The concrete scalar type behind `int`, `float | None`, `str | None`, ..."""
+def _field_type(tp: Any) -> tuple[type, bool]:
+    """The concrete scalar type behind `int`, `float | None`, `str | None`, ..., and whether None is allowed."""
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0]
-    return tp
+        return args[0], True
+    return tp, False
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse`, except that "none" gives None (for fields whose default or meaning can be None)."""
+
+    def parse_or_none(text: str) -> Any:
+        return None if text.lower() == "none" else parse(text)
+
+    parse_or_none.__name__ = getattr(parse, "__name__", "value")  # argparse names the type in its errors
+    return parse_or_none
 
 
 def _parse_bool(text: str) -> bool:
@@ -29,14 +44,17 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
     """One flag per dataclass field, with its default in the help text."""
     hints = typing.get_type_hints(config_cls)  # resolves the string annotations of `from __future__`
     for f in dataclasses.fields(config_cls):
-        tp = _field_type(hints[f.name])
+        tp, nullable = _field_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else None
+        parse = _parse_bool if tp is bool else tp
+        flag_only = {"nargs": "?", "const": True} if tp is bool else {}  # `--debug` alone means true
         parser.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
-            type=_parse_bool if tp is bool else tp,
+            type=_optional(parse) if nullable else parse,
             default=default,
-            help=f"(default: {default!r})",
+            help=f"(default: {default!r})" + (", none for None" if nullable else ""),
+            **flag_only,
         )
 
 

@@ -180,6 +180,33 @@ def encode_preference_pairs(
     return encode_prompt_completion(tokenizer, prompts + prompts, completions, max_length=max_length)
 
 
+def check_pair_lengths(
+    tokenizer: PreTrainedTokenizerBase, pairs: list[PreferencePair], max_length: int | None
+) -> None:
+    """The truncation policy, applied to the whole data set before training rather than at some later batch:
+    a prompt must leave room for at least one completion token within `max_length` (else a ValueError names the
+    pair); a longer completion is cut from the right (its EOS too), which is reported once with a warning."""
+    if max_length is None or not pairs:
+        return
+    prompt_lengths = [len(ids) for ids in tokenizer([p.prompt for p in pairs], add_special_tokens=False)["input_ids"]]
+    for i, n in enumerate(prompt_lengths):
+        if n >= max_length:
+            raise ValueError(
+                f"pair {i}: the prompt ({pairs[i].prompt[:40]!r}...) has {n} tokens, which leaves no room for a "
+                f"completion within max_length={max_length} (the model's context): shorten or drop such prompts"
+            )
+    cut = 0
+    for field in ("chosen", "rejected"):
+        completions = tokenizer([getattr(p, field) for p in pairs], add_special_tokens=False)["input_ids"]
+        cut += sum(n + len(c) + 1 > max_length for n, c in zip(prompt_lengths, completions))  # + 1: the EOS
+    if cut:
+        warnings.warn(
+            f"{cut} of {2 * len(pairs)} completions do not fit in max_length={max_length} tokens with their prompt "
+            f"and EOS: they are cut from the right (prompts are never cut)",
+            stacklevel=2,
+        )
+
+
 def save_preference_pairs(pairs: list[PreferencePair], path: str | os.PathLike) -> Path:
     """Write pairs as JSONL with the standard columns prompt / chosen / rejected."""
     path = Path(path)
@@ -224,14 +251,21 @@ def _pair_from_row(row: object) -> PreferencePair:
 def _pairs_from_jsonl(path: Path, skip_invalid: bool) -> list[PreferencePair]:
     """Parse a JSONL file line by line, so that every error can name its line number (1-based)."""
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                rows.append((number, _BadJSON(f"not UTF-8 text (byte {err.start + 1})")))
+                continue
             if not line.strip():
                 continue
             try:
                 rows.append((number, json.loads(line)))
             except json.JSONDecodeError as err:
                 rows.append((number, _BadJSON(f"invalid JSON ({err.msg} at column {err.colno})")))
+            except (ValueError, RecursionError) as err:  # e.g. an integer of 5000 digits, or nesting 10^5 deep
+                rows.append((number, _BadJSON(f"invalid JSON ({type(err).__name__}: {str(err)[:80]})")))
     if not rows:
         raise ValueError(f"{path} is empty: it holds no preference pairs")
     return _collect(rows, str(path), "line", skip_invalid)

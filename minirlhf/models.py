@@ -19,6 +19,9 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers.activations import ACT2FN, NewGELUActivation
+
+from minirlhf.gpt2 import RANDOM_PREFIX, gpt2_tokenizer, random_gpt2
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SHIPPED = {
@@ -64,6 +67,8 @@ def _resolve_source(name_or_path: str | os.PathLike) -> tuple[str, bool]:
 
 def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     """The tokenizer of `load_model`, alone. Guarantees a pad token distinct from EOS where one is defined."""
+    if str(name_or_path).startswith(RANDOM_PREFIX):
+        return gpt2_tokenizer()
     source, local = _resolve_source(name_or_path)
     tokenizer = _from_pretrained(AutoTokenizer, source, local, trust_remote_code)
     if tokenizer.pad_token is None:
@@ -80,24 +85,64 @@ def load_model(
     dtype: torch.dtype | None = None,
     trust_remote_code: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) by short name ('tiny', 'tiny-sft'), local folder or hub name.
+    """Load (model, tokenizer) by short name ('tiny', 'tiny-sft'), local folder or hub name, or 'random:<size>'
+    (e.g. 'random:gpt2', see `minirlhf.gpt2`): a GPT-2 of that size with random weights and the real tokenizer.
 
     Hub names are tried only when the name is not a local folder; offline this fails fast with a clear error
     instead of hanging on the network. Weights are read from safetensors; `trust_remote_code` stays off unless
     asked for.
     """
-    source, local = _resolve_source(name_or_path)
     tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
-    model = _from_pretrained(
-        AutoModelForCausalLM, source, local, trust_remote_code, dtype=dtype or torch.float32, use_safetensors=local
-    )
-    if model.get_input_embeddings().num_embeddings < len(tokenizer):
-        raise ValueError(
-            f"model {name_or_path!s} has {model.get_input_embeddings().num_embeddings} token embeddings but its "
-            f"tokenizer has {len(tokenizer)} tokens: they were not made for each other"
+    if str(name_or_path).startswith(RANDOM_PREFIX):
+        model = random_gpt2(str(name_or_path).removeprefix(RANDOM_PREFIX)).to(dtype or torch.float32)
+    else:
+        source, local = _resolve_source(name_or_path)
+        model = _from_pretrained(
+            AutoModelForCausalLM, source, local, trust_remote_code, dtype=dtype or torch.float32, use_safetensors=local
         )
+    check_tokenizer(model, tokenizer, name=str(name_or_path))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    use_fused_gelu(model)
     return model.to(resolve_device(device)), tokenizer
+
+
+def check_tokenizer(model: nn.Module, tokenizer: PreTrainedTokenizerBase | None, name: str = "the model") -> None:
+    """A tokenizer the trainers can use with this model: present, with EOS and pad tokens, and no token id the
+    model has no embedding for. Each failure is a ValueError that says what to do."""
+    if tokenizer is None:
+        raise ValueError(f"{name} came without its tokenizer: pass both model and tokenizer, or neither")
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no EOS token: completions could never end; set tokenizer.eos_token")
+    if tokenizer.pad_token_id is None:
+        raise ValueError(
+            "the tokenizer has no pad token: set tokenizer.pad_token = tokenizer.eos_token (masks come from lengths, "
+            "so a real EOS is never masked), or load it with minirlhf.load_tokenizer, which does that"
+        )
+    embeddings = model.get_input_embeddings().num_embeddings
+    if embeddings < len(tokenizer):
+        raise ValueError(
+            f"{name} has {embeddings} token embeddings but its tokenizer has {len(tokenizer)} tokens: they were not "
+            f"made for each other (load both from the same folder, or resize the embeddings after adding tokens)"
+        )
+
+
+def use_fused_gelu(model: nn.Module) -> nn.Module:
+    """Run GPT-2's activation `gelu_new`, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), as ONE kernel.
+
+    transformers writes `gelu_new` as six elementwise tensor ops (each a pass over the (B, T, 4d) activations,
+    each saved for backward); `gelu_pytorch_tanh` is the same formula in a single fused PyTorch kernel,
+    F.gelu(x, approximate="tanh"). Same function; only float rounding differs (~1e-7 per activation). Measured
+    on the shipped models: token log-probs of real text move by < 1e-5 (less than either version's own float32
+    error against a float64 forward), greedy completions are unchanged, and a training step on CPU gets ~1.15x
+    faster. The config is updated too, so a saved model reloads with the fused kernel.
+    """
+    for module in list(model.modules()):
+        for name, child in module.named_children():
+            if type(child) is NewGELUActivation:
+                setattr(module, name, ACT2FN["gelu_pytorch_tanh"])
+    if getattr(model.config, "activation_function", None) == "gelu_new":
+        model.config.activation_function = "gelu_pytorch_tanh"
+    return model
 
 
 def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **kwargs):
@@ -163,4 +208,5 @@ class ValueHead(nn.Module):
         nn.init.zeros_(self.summary.bias)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (B, T, d) -> (B, T)
-        return self.summary(hidden_states.float()).squeeze(-1)
+        with torch.autocast(hidden_states.device.type, enabled=False):  # values/rewards in float32, also under bf16
+            return self.summary(hidden_states.float()).squeeze(-1)

@@ -68,10 +68,15 @@ def sample(
     top_p: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    batch_rows: tuple[int, int] | None = None,
 ) -> Rollout:
     """Sample `group_size` completions for each prompt with a KV cache, stopping at EOS.
 
     `greedy=True` takes the argmax at every step (evaluation); log-probs are still reported at `temperature`.
+    `batch_rows=(first, total)`: these completions are rows first.. of a batch of `total` that several processes
+    sample with identical generators (`minirlhf.distributed`). Each process draws the noise of all `total` rows
+    and uses its own, and keeps drawing until every process is done, so it samples exactly the tokens that one
+    process sampling the whole batch would.
     """
     _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p)
     device = next(model.parameters()).device
@@ -89,6 +94,8 @@ def sample(
     pad_id = tokenizer.pad_token_id
     generator = _generator_on(device, generator)
     cache_kwarg = _cache_keyword(model)
+    first, total = batch_rows or (0, B)
+    rows = slice(first, first + B)
 
     was_training = model.training
     model.eval()
@@ -111,7 +118,7 @@ def sample(
             next_token = logits.argmax(-1)
         else:
             probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
-            next_token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+            next_token = (probs / _exponential_noise(total, probs, generator)[rows]).argmax(-1)
         next_token = torch.where(alive, next_token, torch.full_like(next_token, pad_id))
         tokens[:, t] = next_token
         token_logp[:, t] = torch.where(alive, logprobs_from_logits(logits, next_token, temperature), 0.0)
@@ -122,6 +129,8 @@ def sample(
         # the new token is attended (even after EOS: masking it changes nothing for finished rows)
         attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         step_ids, position_ids = next_token[:, None], position_ids[:, -1:] + 1
+    if batch_rows is not None and not greedy:
+        _draw_like_the_other_processes(t + 1, total, probs, generator)
     model.train(was_training)
 
     N = max_new_tokens
@@ -141,6 +150,25 @@ def sample(
         group_size=group_size,
         ended_with_eos=~alive,
     )
+
+
+def _exponential_noise(total: int, probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """q ~ Exp(1), (total, V). argmax_v p_v / q_v is a draw from p (the "exponential race", Gumbel-max in another
+    form), and it is exactly how torch.multinomial(p, 1) draws: the same noise gives the same tokens."""
+    return torch.empty((total, probs.shape[-1]), dtype=probs.dtype, device=probs.device).exponential_(
+        generator=generator
+    )
+
+
+def _draw_like_the_other_processes(steps: int, total: int, probs: torch.Tensor, generator) -> None:
+    """Draw the noise of the steps that other processes still took after this one's rows had all ended, so that
+    every process's generator stays where a single process's would be."""
+    import torch.distributed as dist
+
+    most = torch.tensor(steps, device=probs.device)
+    dist.all_reduce(most, op=dist.ReduceOp.MAX)
+    for _ in range(int(most) - steps):
+        _exponential_noise(total, probs, generator)
 
 
 def _generator_on(device: torch.device, generator: torch.Generator | None) -> torch.Generator | None:

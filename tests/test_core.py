@@ -4,8 +4,17 @@ import shutil
 
 import pytest
 import torch
+from transformers import AutoModelForCausalLM
+from transformers.activations import GELUTanh
 
-from minirlhf.logprobs import response_logprobs, sequence_logprobs
+from minirlhf.data import encode_preference_pairs, load_preference_pairs
+from minirlhf.logprobs import (
+    forward_logits,
+    logprobs_on_response,
+    packed_response_logprobs,
+    response_logprobs,
+    sequence_logprobs,
+)
 from minirlhf.models import SHIPPED, load_model, load_tokenizer, resolve_device
 from minirlhf.sampling import sample
 
@@ -89,6 +98,60 @@ def test_padding_never_changes_a_logprob(tiny):
     assert torch.all(logp[~resp.bool()] == 0)
     seq = sequence_logprobs(logp, resp)
     torch.testing.assert_close(seq, seq[0].expand_as(seq), atol=1e-5, rtol=0)
+
+
+def test_lm_head_only_at_response_positions_changes_nothing(tiny):
+    """response_logprobs runs the LM head only where a response token is predicted (logits_to_keep): the same
+    log-probs and entropies as full logits (B, T, V) scored afterwards."""
+    model, tokenizer = tiny
+    batch = encode_preference_pairs(tokenizer, load_preference_pairs("sentiment")[:8])
+    logits, _ = forward_logits(model, batch["input_ids"], batch["attention_mask"])
+    expected = logprobs_on_response(logits, batch["input_ids"], batch["response_mask"], 0.7, return_entropy=True)
+    got = response_logprobs(model, **batch, temperature=0.7, return_entropy=True)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("width", [64, 8])  # 8: narrower than every sequence, so one sequence per row
+def test_packed_logprobs_equal_the_padded_forward(width):
+    """Packing the sequences into rows without padding changes no log-prob and no gradient."""
+    model, tokenizer = load_model("tiny", device="cpu")
+    model.train()
+    for module in model.modules():  # no dropout, as in every trainer
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    pairs = load_preference_pairs("sentiment")[:24]
+    batch = encode_preference_pairs(tokenizer, pairs)  # [left-padded prompt | right-padded completion]
+    assert not batch["attention_mask"].bool().all()  # there is padding to remove
+    padded = response_logprobs(model, **batch)
+    grads = torch.autograd.grad(sequence_logprobs(padded, batch["response_mask"]).sum(), list(model.parameters()))
+    packed = packed_response_logprobs(model, **batch, width=width)
+    torch.testing.assert_close(packed, padded, atol=1e-5, rtol=0)
+    assert torch.all(packed[~batch["response_mask"].bool()] == 0)
+    packed_grads = torch.autograd.grad(sequence_logprobs(packed, batch["response_mask"]).sum(),
+                                       list(model.parameters()))
+    for a, b in zip(packed_grads, grads):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="first token"):  # a response token needs a token before it
+        first_real = batch["attention_mask"][0].argmax()
+        response = batch["response_mask"].clone()
+        response[0, first_real] = 1
+        packed_response_logprobs(model, batch["input_ids"], batch["attention_mask"], response)
+
+
+def test_fused_gelu_keeps_the_shipped_models_outputs():
+    """load_model runs GPT-2's gelu_new as one fused kernel (gelu_pytorch_tanh): the same function, so token
+    log-probs of real text move by float rounding only (< 1e-5)."""
+    for name in ("tiny", "tiny-sft"):
+        model, tokenizer = load_model(name, device="cpu")
+        unfused = AutoModelForCausalLM.from_pretrained(SHIPPED[name], local_files_only=True)
+        assert unfused.config.activation_function == "gelu_new"
+        assert model.config.activation_function == "gelu_pytorch_tanh"
+        assert all(isinstance(block.mlp.act, GELUTanh) for block in model.transformer.h)
+        batch = encode_preference_pairs(tokenizer, load_preference_pairs("sentiment")[:32])
+        with torch.no_grad():
+            torch.testing.assert_close(response_logprobs(model.eval(), **batch),
+                                       response_logprobs(unfused.eval(), **batch), atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])

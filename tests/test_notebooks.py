@@ -23,6 +23,10 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 CELL_TIMEOUT = 300  # seconds per cell; quick-mode training cells take a few seconds
+# Seconds to wait for the kernel's answer to the kernel_info request sent before the first cell. It once came
+# only after ~300 s on a loaded machine (the kernel idle, the reply lost on the way); after this many seconds the
+# test goes on to the cells, which then run or fail on their own timeout.
+KERNEL_INFO_TIMEOUT = 30
 KERNEL_NAME = "minirlhf-test-python"
 CHECK_ENVIRONMENT = "import sys; print('kernel prefix:', sys.prefix)"
 
@@ -83,7 +87,11 @@ def test_notebook_runs_top_to_bottom(path, kernel_name, monkeypatch):
     nb.cells.append(nbformat.v4.new_code_cell(CHECK_ENVIRONMENT))
     client = NotebookClient(
         nb,
-        timeout=CELL_TIMEOUT,
+        timeout=KERNEL_INFO_TIMEOUT,  # waits that belong to no cell
+        timeout_func=lambda cell: CELL_TIMEOUT,
+        # a silent kernel_info only costs KERNEL_INFO_TIMEOUT; a cell that times out is still an error
+        interrupt_on_timeout=True,
+        error_on_timeout={"ename": "CellTimeoutError", "evalue": f"no reply within {CELL_TIMEOUT} s", "traceback": []},
         kernel_name=kernel_name,
         resources={"metadata": {"path": str(NOTEBOOK_DIR)}},  # the kernel's working directory
     )

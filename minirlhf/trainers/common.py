@@ -1,17 +1,28 @@
-"""What every trainer shares: the config base, seeding, the metrics history, and checked reward calls."""
+"""What every trainer shares: the config base, seeding, loading the policy, the optimizer step, evaluation, the
+metrics history, and checked reward calls."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
+import numbers
+import os
 import random
-from collections.abc import Callable, Sequence
+import types
+import typing
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
+
+from minirlhf.models import check_tokenizer, load_model
+from minirlhf.precision import PRECISIONS
+from minirlhf.trainers.checkpoint import run_folder
 
 RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
 
@@ -26,20 +37,66 @@ class TrainConfig:
     max_grad_norm: float = 1.0  # gradient clipping (global norm)
     seed: int = 0  # seeds python, numpy and torch (sampling included)
     device: str = "auto"  # "auto" = cuda, then mps, then cpu
+    precision: str = "auto"  # autocast dtype: "auto" = bf16 on a GPU (fp16 where it has no bf16), fp32 elsewhere
+    gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
     eval_every: int = 10  # held-out evaluation every N steps (and at the first and last step)
     out_dir: str | None = None  # where metrics.jsonl and the final model go; None keeps everything in memory
     progress: bool = True  # tqdm progress bar
+    save_every: int = 0  # write a checkpoint to <out_dir>/checkpoints/ every N steps; 0 = never
+    keep_checkpoints: int = 2  # the newest N checkpoints are kept, older ones deleted
+    resume: str | None = None  # continue from a checkpoint folder, or from a run's out_dir (its latest checkpoint)
 
     def __post_init__(self) -> None:
+        if self.resume is not None and self.out_dir is None:
+            self.out_dir = str(run_folder(self.resume))  # a resumed run keeps writing where it wrote before
         self.validate()
 
     def validate(self) -> None:
         """Reject values that cannot work, naming the field. Subclasses add their own checks."""
-        require_positive(self, "steps", "lr", "eval_every")
-        require_non_negative(self, "max_grad_norm")
+        require_types(self)
+        require_positive(self, "steps", "lr", "eval_every", "keep_checkpoints")
+        require_non_negative(self, "max_grad_norm", "save_every")
+        require_choice(self, "precision", PRECISIONS)
+        if self.save_every and self.out_dir is None:
+            raise ValueError(f"{type(self).__name__}.save_every={self.save_every} needs an out_dir to write to")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> TrainConfig:
+        """The config from a dict (e.g. loaded JSON); an unknown field is an error that suggests the closest name."""
+        names = config_fields(cls)
+        for key in values:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ValueError(f"{cls.__name__} has no field {key!r}{hint}; its fields: {', '.join(names)}")
+        return cls(**values)
+
+
+def require_types(config: Any) -> None:
+    """Every field holds a value of its declared type: an int field rejects 1.5 and True, a float field takes 3."""
+    hints = typing.get_type_hints(type(config))
+    for f in fields(config):
+        value, declared = getattr(config, f.name), hints[f.name]
+        allowed = typing.get_args(declared) if typing.get_origin(declared) in (typing.Union, types.UnionType) \
+            else (declared,)
+        if not any(_is_a(value, t) for t in allowed):
+            expected = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+            raise ValueError(f"{type(config).__name__}.{f.name} must be {expected}, got {value!r}")
+
+
+def _is_a(value: Any, declared: type) -> bool:
+    if declared is type(None):
+        return value is None
+    if isinstance(value, bool) or declared is bool:  # bool is an int in python, but not a number of steps
+        return isinstance(value, bool) and declared is bool
+    if declared is int:
+        return isinstance(value, numbers.Integral)
+    if declared is float:
+        return isinstance(value, numbers.Real)
+    return isinstance(value, declared)
 
 
 def require_positive(config: Any, *names: str) -> None:
@@ -78,16 +135,25 @@ class History(list):
     """The metrics of a run: a list of dicts {"step": int, metric: float, ...}, one per logged step.
 
     Notebooks plot it live (pass `callbacks`); with a `path`, each row is also appended to a JSONL file as soon
-    as it is logged, so a run that dies keeps every metric written so far.
+    as it is logged, so a run that dies keeps every metric written so far. `rows` are the metrics of a resumed
+    run up to its checkpoint: the file is rewritten to hold exactly those (rows logged after the checkpoint by
+    the interrupted run are dropped, so none appears twice).
     """
 
-    def __init__(self, path: str | Path | None = None, callbacks: Sequence[Callable[[History], None]] = ()):
-        super().__init__()
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        callbacks: Sequence[Callable[[History], None]] = (),
+        rows: Sequence[dict[str, Any]] = (),
+    ):
+        super().__init__(rows)
         self.path = Path(path) if path is not None else None
         self.callbacks = list(callbacks)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text("")
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            os.replace(tmp, self.path)  # never a half-written metrics file
 
     def log(self, step: int, **metrics: float) -> dict[str, Any]:
         row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
@@ -135,6 +201,51 @@ def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str],
     return torch.tensor(rewards, dtype=torch.float32)
 
 
+def load_policy(config: TrainConfig, model: nn.Module | None = None, tokenizer=None) -> tuple[nn.Module, Any]:
+    """The model to train and its tokenizer: the ones given, or `config.model` loaded; checked to fit each other."""
+    if model is None:
+        model, tokenizer = load_model(config.model, device=config.device)
+    check_tokenizer(model, tokenizer)
+    return model, tokenizer
+
+
+def make_optimizer(parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+
+
+def optimizer_step(
+    optimizer: torch.optim.Optimizer,
+    parameters: Iterable[nn.Parameter],
+    max_grad_norm: float,
+    scaler: torch.amp.GradScaler | None = None,
+):
+    """Clip the global gradient norm, step, clear the gradients. Returns the norm before clipping (a tensor).
+
+    With an fp16 `scaler` (`Runtime.scaler`), the gradients are unscaled first, so that clipping sees the true
+    norm, and the step is skipped when a gradient overflowed (the scaler then lowers its scale)."""
+    if scaler is not None:
+        scaler.unscale_(optimizer)
+    grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
+    if scaler is None:
+        optimizer.step()
+    else:
+        scaler.step(optimizer)
+        scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def held_out_metrics(evaluate: Callable[..., dict[str, float]] | None, model: nn.Module, tokenizer) -> dict:
+    """`evaluate(model, tokenizer)` in eval mode, keys prefixed "eval/"; the model's mode is restored after."""
+    if evaluate is None:
+        return {}
+    was_training = model.training
+    model.eval()
+    metrics = {f"eval/{k}": v for k, v in evaluate(model, tokenizer).items()}
+    model.train(was_training)
+    return metrics
+
+
 def progress(iterable, enabled: bool, desc: str):
     if not enabled:
         return iterable
@@ -155,6 +266,8 @@ def save_run(model, tokenizer, config: TrainConfig, history: History) -> Path | 
     return out
 
 
-def make_history(config: TrainConfig, callbacks: Sequence[Callable[[History], None]] = ()) -> History:
+def make_history(
+    config: TrainConfig, callbacks: Sequence[Callable[[History], None]] = (), rows: Sequence[dict] = ()
+) -> History:
     path = Path(config.out_dir) / "metrics.jsonl" if config.out_dir else None
-    return History(path, callbacks)
+    return History(path, callbacks, rows)

@@ -5,8 +5,9 @@ For each prompt x, sample a group {y_1..y_G} ~ p_θold(·|x), score R_i = R(x, y
     Â_i = (R_i - mean(R_1..R_G)) / std(R_1..R_G)                      (the group is the baseline)
     J(θ) = E[ min(r_t Â_i, clip(r_t, 1-ε, 1+ε) Â_i) - β · k3_t ],     r_t = p_θ(y_t|..) / p_θold(y_t|..)
 
-then take `epochs` passes of minibatch gradient steps on L = -J. Two models in memory (p_θ, p_ref), one
-when β = 0: the reference copy is not even made.
+then take `epochs` passes of minibatch gradient steps on L = -J. With the default β = 0 (no KL leash, as in
+DAPO / Dr. GRPO) only p_θ is in memory: the reference copy is not even made; with β > 0 (the GRPO paper's
+0.04) there are two, p_θ and p_ref (plus the reward model when the reward is a learned one).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import torch
-
+from minirlhf.distributed import setup_runtime
 from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, grpo_advantages, grpo_loss, masked_mean
-from minirlhf.models import disable_dropout, frozen_copy, load_model
 from minirlhf.tasks import Task
+from minirlhf.trainers.checkpoint import Checkpointer
 from minirlhf.trainers.common import (
+    held_out_metrics,
     make_history,
+    make_optimizer,
+    optimizer_step,
     progress,
     require_choice,
     require_positive,
@@ -30,10 +33,11 @@ from minirlhf.trainers.common import (
 from minirlhf.trainers.online import (
     OnlineConfig,
     collect,
-    evaluation,
+    diagnose,
     experience_metrics,
     minibatches,
     policy_logprobs,
+    setup_policy,
 )
 
 
@@ -63,42 +67,47 @@ class GRPOConfig(OnlineConfig):
 def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ with GRPO on `task`. Returns (model, tokenizer, history)."""
     config = config or GRPOConfig()
+    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
-    if model is None:
-        model, tokenizer = load_model(config.model, device=config.device)
-    disable_dropout(model)
-    ref = frozen_copy(model) if config.beta > 0 else None  # β = 0: no reference model at all
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    history = make_history(config, callbacks)
+    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    optimizer = make_optimizer(model.parameters(), config.lr)
+    train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
+    checkpointer = Checkpointer(config, optimizer, {"prompts": rng, "sampling": generator}, runtime.scaler, model=model)
+    start, logged, _ = checkpointer.resume()  # step 0 and no rows, unless config.resume
+    history = make_history(config, callbacks, logged)
 
-    for step in progress(range(config.steps), config.progress, "grpo"):
+    for step in progress(range(start, config.steps), config.progress, "grpo"):
         metrics = {}
         if step % config.eval_every == 0:
-            metrics |= evaluation(task, model, tokenizer)
+            metrics |= held_out_metrics(task.evaluate, model, tokenizer)
 
         # 1. sample a group of G completions per prompt from p_θold and score them
-        exp = collect(model, tokenizer, ref, task, config, rng, generator)
-        # 2. group-normalised advantages Â_i, one per completion (B,)
-        advantages = grpo_advantages(exp.rewards, config.group_size, scale=config.scale)
+        exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
+        # 2. group-normalised advantages Â_i, one per completion (B,), from the rewards of the global batch
+        all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
+        advantages = runtime.local(grpo_advantages(all_rewards, config.group_size, scale=config.scale))
         groups = exp.rewards.view(-1, config.group_size)
         metrics |= experience_metrics(exp)
         metrics["zero_std_groups"] = (groups.std(-1) < 1e-6).float().mean().item()
 
         # 3. μ epochs of minibatch steps on the clipped objective with β·k3 KL
         model.train()
+        if config.debug:
+            metrics |= diagnose(model, exp, config, group_advantages=advantages)
         for _ in range(config.epochs):
-            for rows in minibatches(config.batch_size, config.minibatch_size, generator):
-                logp, entropy = policy_logprobs(model, exp, rows, config.temperature)  # (b, N)
+            for rows in minibatches(config.batch_size, config.minibatch_size, generator, runtime):
+                with runtime.autocast():
+                    logp, entropy = policy_logprobs(train_model, exp, rows, config.temperature)  # (b, N)
                 ref_logp = exp.ref_logp[rows] if exp.ref_logp is not None else None
                 loss, stats = grpo_loss(
                     logp, exp.old_logp[rows], ref_logp, advantages[rows], exp.mask[rows],
                     eps=config.eps, beta=config.beta, aggregation=config.aggregation,
                 )
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                if config.aggregation == "token-mean":  # this process's part of the global batch's token mean
+                    loss = loss * runtime.share(exp.mask[rows].sum())
+                runtime.backward(loss)
+                grad_norm = optimizer_step(optimizer, model.parameters(), config.max_grad_norm, runtime.scaler)
         model.eval()
         metrics |= {
             "loss": loss.item(),
@@ -107,8 +116,9 @@ def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokeniz
             "entropy": masked_mean(entropy, exp.mask[rows]).item(),
             "grad_norm": grad_norm.item(),
         }
-        history.log(step, **metrics)
+        history.log(step, **runtime.reduce(metrics))
+        checkpointer.save_if_due(step + 1, history)
 
-    history.log(config.steps, **evaluation(task, model, tokenizer))  # the final policy, after the last update
+    history.log(config.steps, **held_out_metrics(task.evaluate, model, tokenizer))  # the policy after the last update
     save_run(model, tokenizer, config, history)
     return model, tokenizer, history

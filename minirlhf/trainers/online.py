@@ -14,11 +14,14 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from minirlhf import diagnostics
+from minirlhf.distributed import Runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import kl_k1, masked_sum
+from minirlhf.models import disable_dropout, frozen_copy
 from minirlhf.sampling import Rollout, sample
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import TrainConfig, call_reward, require_non_negative, require_positive
+from minirlhf.trainers.common import TrainConfig, call_reward, load_policy, require_non_negative, require_positive
 
 
 @dataclass
@@ -31,6 +34,7 @@ class OnlineConfig(TrainConfig):
     top_p: float = 1.0  # 1.0 = off
     beta: float = 0.04  # β: weight of the KL(p_θ || p_ref) penalty; 0 drops p_ref from memory
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
+    debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
 
     def validate(self) -> None:
         super().validate()
@@ -47,6 +51,17 @@ class OnlineConfig(TrainConfig):
     @property
     def batch_size(self) -> int:
         return self.prompts_per_step * self.group_size
+
+
+def setup_policy(
+    config: OnlineConfig, model: nn.Module | None, tokenizer: PreTrainedTokenizerBase | None
+) -> tuple[nn.Module, PreTrainedTokenizerBase, nn.Module | None]:
+    """p_θ (given, or loaded from config.model) with dropout off, its tokenizer, and the frozen p_ref (None when
+    β = 0: the reference copy is not even made). Without dropout p_θ = p_θold at the first update: r_t(θ) = 1."""
+    model, tokenizer = load_policy(config, model, tokenizer)
+    disable_dropout(model)
+    ref = frozen_copy(model) if config.beta > 0 else None
+    return model, tokenizer, ref
 
 
 @dataclass
@@ -77,21 +92,28 @@ def collect(
     config: OnlineConfig,
     rng: random.Random,
     generator: torch.Generator,
+    runtime: Runtime | None = None,
 ) -> Experience:
-    prompts = task.train_prompts(config.prompts_per_step, rng)
-    rollout = sample(
-        policy, tokenizer, prompts, group_size=config.group_size,
-        max_new_tokens=config.max_new_tokens or task.max_new_tokens,
-        temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
-    )
+    """Sample and score this process's share of the step's prompts (all of them on a single process); groups stay
+    whole. Sampling and p_ref run under the runtime's autocast."""
+    runtime = runtime or Runtime(precision="fp32")
+    prompts = runtime.shard(task.train_prompts(config.prompts_per_step, rng))
+    with runtime.autocast():
+        rollout = sample(
+            policy, tokenizer, prompts, group_size=config.group_size,
+            max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+            temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
+            batch_rows=runtime.sampling_rows(len(prompts) * config.group_size),
+        )
     device = rollout.input_ids.device
     rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions).to(device)
     P = rollout.prompt_length
     ref_logp = None
     if ref is not None:
-        ref_logp = response_logprobs(
-            ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask, config.temperature
-        )[:, P:]
+        with runtime.autocast():
+            ref_logp = response_logprobs(
+                ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask, config.temperature
+            )[:, P:]
     return Experience(
         rollout=rollout,
         mask=rollout.response_mask[:, P:],
@@ -111,11 +133,20 @@ def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temp
     return exp.response(logp), exp.response(entropy)
 
 
-def minibatches(batch_size: int, minibatch_size: int | None, generator: torch.Generator):
-    """Shuffled row indices, `minibatch_size` at a time (the whole batch when None)."""
+def minibatches(
+    batch_size: int, minibatch_size: int | None, generator: torch.Generator, runtime: Runtime | None = None
+):
+    """Shuffled row indices, `minibatch_size` at a time (the whole batch when None).
+
+    Under several processes both sizes are global: every process draws the same permutation of the global batch
+    and takes its own rows in that order, minibatch_size / processes at a time (as local row indices)."""
     order = torch.randperm(batch_size, generator=generator)
     step = minibatch_size or batch_size
-    return [order[i : i + step] for i in range(0, batch_size, step)]
+    if runtime is not None and runtime.world_size > 1:
+        rows = runtime.local_rows(batch_size)
+        order = order[(order >= rows.start) & (order < rows.stop)] - rows.start
+        step //= runtime.world_size
+    return [order[i : i + step] for i in range(0, len(order), step)]
 
 
 def experience_metrics(exp: Experience) -> dict[str, float]:
@@ -133,7 +164,16 @@ def experience_metrics(exp: Experience) -> dict[str, float]:
     return metrics
 
 
-def evaluation(task: Task, model: nn.Module, tokenizer: PreTrainedTokenizerBase) -> dict[str, float]:
-    """The task's held-out metrics, prefixed "eval/" (model left in eval mode)."""
-    model.eval()
-    return {f"eval/{k}": v for k, v in task.evaluate(model, tokenizer).items()}
+@torch.no_grad()
+def diagnose(
+    policy: nn.Module, exp: Experience, config: OnlineConfig, group_advantages: torch.Tensor | None = None
+) -> dict[str, float]:
+    """The live diagnostics of a fresh batch (see `minirlhf.diagnostics`), run before its first update with the
+    policy in the mode the update uses. `group_advantages` (B,): advantages that must average 0 per group."""
+    logp, _ = policy_logprobs(policy, exp, torch.arange(exp.rewards.numel()), config.temperature)
+    metrics = diagnostics.check_logprobs(logp, exp.old_logp, exp.mask)
+    metrics |= diagnostics.check_groups(exp.rewards, group_advantages, config.group_size)
+    metrics |= diagnostics.check_endings(exp.rollout.ended_with_eos)
+    if exp.ref_logp is not None:
+        metrics |= diagnostics.check_kl_sign(exp.old_logp, exp.ref_logp, exp.mask)
+    return metrics

@@ -37,18 +37,31 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
+from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import forward_logits, logprobs_on_response
 from minirlhf.losses import gae, kl_k1, kl_k3, masked_mean, masked_whiten, ppo_clip_loss, value_loss
-from minirlhf.models import ValueHead, disable_dropout, frozen_copy, load_model
+from minirlhf.models import ValueHead
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import make_history, progress, require_non_negative, require_positive, save_run, set_seed
+from minirlhf.trainers.checkpoint import Checkpointer
+from minirlhf.trainers.common import (
+    held_out_metrics,
+    make_history,
+    make_optimizer,
+    optimizer_step,
+    progress,
+    require_non_negative,
+    require_positive,
+    save_run,
+    set_seed,
+)
 from minirlhf.trainers.online import (
     Experience,
     OnlineConfig,
     collect,
-    evaluation,
+    diagnose,
     experience_metrics,
     minibatches,
+    setup_policy,
 )
 
 
@@ -131,38 +144,42 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
     The value head is not part of the returned model; with `out_dir` it is saved as value_head.safetensors.
     """
     config = config or PPOConfig()
+    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
-    if model is None:
-        model, tokenizer = load_model(config.model, device=config.device)
-    disable_dropout(model)
-    ref = frozen_copy(model) if config.beta > 0 else None  # β = 0: no reference model at all
+    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
     device = next(model.parameters()).device
     value_head = ValueHead(model.config.hidden_size).to(device)  # V(s_t), starts at 0 everywhere
     params = list(model.parameters()) + list(value_head.parameters())
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    history = make_history(config, callbacks)
-    all_rows = torch.arange(config.batch_size)
+    optimizer = make_optimizer(params, config.lr)
+    train_model, train_head = runtime.prepare(model), runtime.prepare(value_head)  # DDP under several processes
+    checkpointer = Checkpointer(
+        config, optimizer, {"prompts": rng, "sampling": generator}, runtime.scaler, model=model, value_head=value_head
+    )
+    start, logged, _ = checkpointer.resume()  # step 0 and no rows, unless config.resume
+    history = make_history(config, callbacks, logged)
+    all_rows = torch.arange(config.batch_size // runtime.world_size)  # this process's rows
 
-    for step in progress(range(config.steps), config.progress, "ppo"):
+    for step in progress(range(start, config.steps), config.progress, "ppo"):
         metrics = {}
         if step % config.eval_every == 0:
-            metrics |= evaluation(task, model, tokenizer)
+            metrics |= held_out_metrics(task.evaluate, model, tokenizer)
 
         # 1. sample y ~ p_θold, score R(x, y), record log p_θold (from sampling) and log p_ref
-        exp = collect(model, tokenizer, ref, task, config, rng, generator)
+        exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
         mask = exp.mask  # (B, N)
         with torch.no_grad():
             # V_old(s_t), once per batch: the baseline of GAE and the anchor of value clipping
-            _, _, old_values = policy_forward(model, value_head, exp, all_rows, config.temperature)  # (B, N)
+            with runtime.autocast():
+                _, _, old_values = policy_forward(model, value_head, exp, all_rows, config.temperature)  # (B, N)
             # 2. r_t = -β · (log p_θold - log p_ref) + R(x, y) at the last token
             kl = kl_k1(exp.old_logp, exp.ref_logp) if exp.ref_logp is not None else None  # (B, N)
             rewards = token_rewards(exp.rewards, mask, kl, config.beta)  # (B, N)
             # 3. Â_t = Σ_l (γλ)^l δ_{t+l} and the value targets R_t = Â_t + V_old(s_t)
             advantages, returns = gae(rewards, old_values, mask, config.gamma, config.lam)  # (B, N) each
             raw_advantages = advantages
-            if config.whiten_advantages:
-                advantages = masked_whiten(advantages, mask)
+            if config.whiten_advantages:  # over the real tokens of the global batch
+                advantages = runtime.local(masked_whiten(runtime.gather(advantages), runtime.gather(mask)))
         metrics |= experience_metrics(exp)
         metrics |= {
             "value_mean": masked_mean(old_values, mask).item(),
@@ -173,20 +190,22 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
 
         # 4. `epochs` passes of minibatch steps on L = L_clip + c_V · L_V
         model.train()
+        if config.debug:
+            metrics |= diagnose(model, exp, config)
         sums: dict[str, float] = {}
         updates = 0
         for _ in range(config.epochs):
-            for rows in minibatches(config.batch_size, config.minibatch_size, generator):
-                logp, entropy, values = policy_forward(model, value_head, exp, rows, config.temperature)  # (b, N)
+            for rows in minibatches(config.batch_size, config.minibatch_size, generator, runtime):
+                with runtime.autocast():
+                    logp, entropy, values = policy_forward(train_model, train_head, exp, rows, config.temperature)
                 m = mask[rows]
                 policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps)
                 v_loss = value_loss(values, old_values[rows], returns[rows], m, clip=config.cliprange_value)
                 # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together)
                 loss = policy_loss + config.vf_coef * v_loss
-                loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
+                loss = loss * runtime.share(m.sum())  # its part of the global minibatch's token means
+                runtime.backward(loss)
+                grad_norm = optimizer_step(optimizer, params, config.max_grad_norm, runtime.scaler)
                 with torch.no_grad():
                     logged = {
                         "loss": loss.item(),
@@ -205,9 +224,10 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
                 updates += 1
         model.eval()
         metrics |= {key: total / updates for key, total in sums.items()}  # means over all minibatch steps
-        history.log(step, **metrics)
+        history.log(step, **runtime.reduce(metrics))
+        checkpointer.save_if_due(step + 1, history)
 
-    history.log(config.steps, **evaluation(task, model, tokenizer))  # the final policy, after the last update
+    history.log(config.steps, **held_out_metrics(task.evaluate, model, tokenizer))  # the policy after the last update
     out = save_run(model, tokenizer, config, history)
     if out is not None:
         save_file(value_head.state_dict(), str(Path(out) / "value_head.safetensors"))

@@ -16,19 +16,28 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import torch
-
+from minirlhf.distributed import setup_runtime
 from minirlhf.losses import kl_k1, masked_mean, masked_sum, reinforce_loss, rloo_advantages
-from minirlhf.models import disable_dropout, frozen_copy, load_model
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import make_history, progress, require_choice, save_run, set_seed
+from minirlhf.trainers.checkpoint import Checkpointer
+from minirlhf.trainers.common import (
+    held_out_metrics,
+    make_history,
+    make_optimizer,
+    optimizer_step,
+    progress,
+    require_choice,
+    save_run,
+    set_seed,
+)
 from minirlhf.trainers.online import (
     OnlineConfig,
     collect,
-    evaluation,
+    diagnose,
     experience_metrics,
     minibatches,
     policy_logprobs,
+    setup_policy,
 )
 
 BASELINES = ("none", "ema", "rloo")
@@ -52,26 +61,28 @@ class ReinforceConfig(OnlineConfig):
 def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ with REINFORCE (+ baseline) on `task`. Returns (model, tokenizer, history)."""
     config = config or ReinforceConfig()
+    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
-    if model is None:
-        model, tokenizer = load_model(config.model, device=config.device)
-    disable_dropout(model)
-    ref = frozen_copy(model) if config.beta > 0 else None
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    history = make_history(config, callbacks)
-    ema = None
+    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    optimizer = make_optimizer(model.parameters(), config.lr)
+    train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
+    checkpointer = Checkpointer(config, optimizer, {"prompts": rng, "sampling": generator}, runtime.scaler, model=model)
+    start, logged, loop_state = checkpointer.resume()  # step 0, no rows and no state, unless config.resume
+    history = make_history(config, callbacks, logged)
+    ema = loop_state.get("ema")  # the moving-average baseline (baseline="ema")
 
-    for step in progress(range(config.steps), config.progress, f"reinforce[{config.baseline}]"):
-        metrics = evaluation(task, model, tokenizer) if step % config.eval_every == 0 else {}
-        exp = collect(model, tokenizer, ref, task, config, rng, generator)
+    for step in progress(range(start, config.steps), config.progress, f"reinforce[{config.baseline}]"):
+        metrics = held_out_metrics(task.evaluate, model, tokenizer) if step % config.eval_every == 0 else {}
+        exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
         metrics |= experience_metrics(exp)
 
         # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees  (B,)
         shaped = exp.rewards
         if exp.ref_logp is not None:
             shaped = shaped - config.beta * masked_sum(kl_k1(exp.old_logp, exp.ref_logp), exp.mask, dim=-1)
-        # Â = R' - b
+        # Â = R' - b, from the shaped rewards of the global batch (every process's groups)
+        shaped = runtime.gather(shaped)  # = shaped on a single process
         if config.baseline == "rloo":
             advantages = rloo_advantages(shaped, config.group_size)
         elif config.baseline == "ema":
@@ -79,15 +90,17 @@ def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=Non
             advantages = shaped - ema
         else:
             advantages = shaped
+        advantages = runtime.local(advantages)  # this process's rows
 
         model.train()
-        for rows in minibatches(config.batch_size, config.minibatch_size, generator):
-            logp, entropy = policy_logprobs(model, exp, rows, config.temperature)  # (b, N)
+        if config.debug:
+            metrics |= diagnose(model, exp, config, group_advantages=advantages if config.baseline == "rloo" else None)
+        for rows in minibatches(config.batch_size, config.minibatch_size, generator, runtime):
+            with runtime.autocast():
+                logp, entropy = policy_logprobs(train_model, exp, rows, config.temperature)  # (b, N)
             loss = reinforce_loss(logp, advantages[rows], exp.mask[rows])  # -E[Â · log p_θ(y|x)]
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            runtime.backward(loss)
+            grad_norm = optimizer_step(optimizer, model.parameters(), config.max_grad_norm, runtime.scaler)
         model.eval()
         metrics |= {
             "loss": loss.item(),
@@ -95,8 +108,9 @@ def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=Non
             "entropy": masked_mean(entropy, exp.mask[rows]).item(),
             "grad_norm": grad_norm.item(),
         }
-        history.log(step, **metrics)
+        history.log(step, **runtime.reduce(metrics))
+        checkpointer.save_if_due(step + 1, history, ema=ema)
 
-    history.log(config.steps, **evaluation(task, model, tokenizer))
+    history.log(config.steps, **held_out_metrics(task.evaluate, model, tokenizer))
     save_run(model, tokenizer, config, history)
     return model, tokenizer, history

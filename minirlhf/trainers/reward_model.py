@@ -28,14 +28,25 @@ from transformers import AutoModel, PreTrainedTokenizerBase
 from minirlhf.data import (
     PREFERENCE_DATASETS,
     PreferencePair,
+    check_pair_lengths,
     encode_preference_pairs,
     encode_prompt_completion,
     load_preference_pairs,
 )
+from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import position_ids_from_mask
 from minirlhf.losses import bradley_terry_loss
 from minirlhf.models import ValueHead, load_model, load_tokenizer
-from minirlhf.trainers.common import TrainConfig, make_history, progress, require_positive, set_seed
+from minirlhf.trainers.checkpoint import Checkpointer
+from minirlhf.trainers.common import (
+    TrainConfig,
+    make_history,
+    make_optimizer,
+    optimizer_step,
+    progress,
+    require_positive,
+    set_seed,
+)
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -57,7 +68,7 @@ class RewardModel(nn.Module):
     def from_pretrained_lm(cls, name_or_path: str = "tiny", device: str | torch.device = "auto") -> RewardModel:
         """Start from a causal LM (`load_model` name or folder): keep its transformer, drop its LM head."""
         lm, tokenizer = load_model(name_or_path, device=device)
-        return cls(lm.base_model, tokenizer)  # GPT2LMHeadModel.base_model is its GPT2Model `transformer`
+        return cls(lm.base_model, tokenizer).to(lm.device)  # base_model: GPT2LMHeadModel's GPT2Model `transformer`
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         hidden = self.backbone(
@@ -197,13 +208,19 @@ def train_reward_model(
     """
     config = config or RewardModelConfig()
     train_pairs, eval_pairs = resolve_pairs(train_pairs, eval_pairs, config.data)
+    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     set_seed(config.seed)
     reward_model = RewardModel.from_pretrained_lm(config.model, device=config.device)
     tokenizer = reward_model.tokenizer
-    optimizer = torch.optim.AdamW(reward_model.parameters(), lr=config.lr, weight_decay=0.0)
-    history = make_history(config, callbacks)
+    check_pair_lengths(tokenizer, train_pairs + (eval_pairs or []), config.max_length or _context_size(reward_model))
+    optimizer = make_optimizer(reward_model.parameters(), config.lr)
+    train_model = runtime.prepare(reward_model)  # what the update runs through: DDP-wrapped under several processes
+    max_length = config.max_length or _context_size(reward_model)
     rng = random.Random(config.seed)
-    order: list[int] = []
+    checkpointer = Checkpointer(config, optimizer, {"order": rng}, runtime.scaler, model=reward_model)
+    start, logged, loop_state = checkpointer.resume()  # step 0, no rows and no state, unless config.resume
+    history = make_history(config, callbacks, logged)
+    order: list[int] = loop_state.get("order", [])  # pairs of this epoch not yet used
 
     def evaluate() -> dict[str, float]:
         if not eval_pairs:
@@ -211,23 +228,25 @@ def train_reward_model(
         return {f"eval/{k}": v for k, v in evaluate_pairs(reward_model, tokenizer, eval_pairs).items()}
 
     reward_model.train()
-    for step in progress(range(config.steps), config.progress, "reward model"):
+    for step in progress(range(start, config.steps), config.progress, "reward model"):
         metrics = evaluate() if step % config.eval_every == 0 else {}
         order = order or rng.sample(range(len(train_pairs)), len(train_pairs))  # a fresh shuffle every epoch
         batch = [train_pairs[order.pop()] for _ in range(min(config.batch_size, len(order)))]
-        chosen, rejected = pair_scores(reward_model, tokenizer, batch, config.max_length)  # (B,), (B,)
+        batch = runtime.shard(batch)  # this process's share of the global batch (all of it on one process)
+        with runtime.autocast():
+            chosen, rejected = pair_scores(train_model, tokenizer, batch, max_length)  # (B,), (B,) float32
         loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(reward_model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = loss * runtime.share(len(batch))  # its part of the mean over the global batch
+        runtime.backward(loss)
+        grad_norm = optimizer_step(optimizer, reward_model.parameters(), config.max_grad_norm, runtime.scaler)
         metrics |= {
             "loss": loss.item(),
             "accuracy": pair_accuracy(chosen, rejected),
             "margin": (chosen - rejected).mean().item(),
             "grad_norm": grad_norm.item(),
         }
-        history.log(step, **metrics)
+        history.log(step, **runtime.reduce(metrics))
+        checkpointer.save_if_due(step + 1, history, order=order)
     reward_model.eval()
     if eval_pairs:
         history.log(config.steps, **evaluate())  # the final model, after the last update

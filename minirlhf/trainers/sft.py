@@ -10,13 +10,23 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-import torch
-
 from minirlhf.data import encode_prompt_completion
+from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import masked_mean
-from minirlhf.models import load_model
-from minirlhf.trainers.common import TrainConfig, make_history, progress, require_positive, save_run, set_seed
+from minirlhf.trainers.checkpoint import Checkpointer
+from minirlhf.trainers.common import (
+    TrainConfig,
+    held_out_metrics,
+    load_policy,
+    make_history,
+    make_optimizer,
+    optimizer_step,
+    progress,
+    require_positive,
+    save_run,
+    set_seed,
+)
 
 
 @dataclass
@@ -46,35 +56,31 @@ def train_sft(
     config = config or SFTConfig()
     if len(examples) == 0:
         raise ValueError("examples is empty: SFT needs at least one (prompt, completion) pair")
-    set_seed(config.seed)
-    if model is None:
-        model, tokenizer = load_model(config.model, device=config.device)
+    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
+    set_seed(config.seed)  # the global torch generator drives dropout (left on in SFT)
+    model, tokenizer = load_policy(config, model, tokenizer)
     device = next(model.parameters()).device
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
-    history = make_history(config, callbacks)
+    optimizer = make_optimizer(model.parameters(), config.lr)
+    train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
     rng = random.Random(config.seed)
+    checkpointer = Checkpointer(config, optimizer, {"examples": rng}, runtime.scaler, model=model)
+    start, logged, _ = checkpointer.resume()  # step 0 and no rows, unless config.resume
+    history = make_history(config, callbacks, logged)
     model.train()
-    for step in progress(range(config.steps), config.progress, "sft"):
-        metrics = _evaluate(evaluate, model, tokenizer) if step % config.eval_every == 0 else {}
-        prompts, completions = zip(*(rng.choice(examples) for _ in range(config.batch_size)))
+    for step in progress(range(start, config.steps), config.progress, "sft"):
+        metrics = held_out_metrics(evaluate, model, tokenizer) if step % config.eval_every == 0 else {}
+        pairs = runtime.shard([rng.choice(examples) for _ in range(config.batch_size)])  # this process's share
+        prompts, completions = zip(*pairs)
         batch = {k: v.to(device) for k, v in encode_prompt_completion(tokenizer, prompts, completions).items()}
-        logp = response_logprobs(model, **batch)  # (B, T) log p_θ(y_t | x, y_<t) on completion tokens
+        with runtime.autocast():
+            logp = response_logprobs(train_model, **batch)  # (B, T) log p_θ(y_t | x, y_<t) on completion tokens
         loss = -masked_mean(logp, batch["response_mask"])  # token-mean negative log-likelihood
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        history.log(step, loss=loss.item(), grad_norm=grad_norm.item(), **metrics)
-    history.log(config.steps, **_evaluate(evaluate, model, tokenizer))  # the final model
+        loss = loss * runtime.share(batch["response_mask"].sum())  # its part of the global batch's token mean
+        runtime.backward(loss)
+        grad_norm = optimizer_step(optimizer, model.parameters(), config.max_grad_norm, runtime.scaler)
+        history.log(step, **runtime.reduce({"loss": loss.item(), "grad_norm": grad_norm.item()}), **metrics)
+        checkpointer.save_if_due(step + 1, history)
+    history.log(config.steps, **held_out_metrics(evaluate, model, tokenizer))  # the final model
     model.eval()
     save_run(model, tokenizer, config, history)
     return model, tokenizer, history
-
-
-def _evaluate(evaluate, model, tokenizer) -> dict[str, float]:
-    if evaluate is None:
-        return {}
-    model.eval()
-    metrics = {f"eval/{k}": v for k, v in evaluate(model, tokenizer).items()}
-    model.train()
-    return metrics

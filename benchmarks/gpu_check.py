@@ -1,0 +1,170 @@
+"""GPU check: a few steps of each method at real GPT-2 size, with tokens/s, peak memory and the fraction of the GPU's
+bf16 peak. Runs the "t4" presets (minirlhf.presets) on a randomly initialised `gpt2` (124M parameters, the real
+50257-token tokenizer; no hub needed), so the peak memory printed is what each preset needs.
+
+    python benchmarks/gpu_check.py                       # on a GPU machine: six methods, ~1-2 min on an H100/H200
+    python benchmarks/gpu_check.py --tiny                # the shipped tiny model, small batches: a CPU smoke test
+    python benchmarks/gpu_check.py --out results/gpu_check.json
+
+How it is measured. Each method runs `steps` optimisation steps through its unmodified trainer; the first `warmup`
+steps (CUDA kernels compiled, allocator warmed up, step 0 evaluation) are not timed. A step is timed from the end of
+the previous step's metrics row to the end of its own (`.item()` calls synchronise the GPU), so sampling, reference
+passes, tokenisation and the optimizer are all in it. Tokens are counted where they enter the model (a global hook on
+the token embedding): "trained" tokens go through a forward with autograd on, "forward-only" ones through sampling
+and reference/old-policy passes; padding counts, since the GPU computes it. Model FLOPs = 6·N per trained token +
+2·N per forward-only token, with N the non-embedding parameters (85M for gpt2): attention scores and the LM head
+are not counted, so the fraction of peak is a lower bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from minirlhf.data import load_preference_pairs
+from minirlhf.presets import preset
+from minirlhf.tasks import arithmetic
+from minirlhf.trainers.dpo import DPOConfig, train_dpo
+from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+from minirlhf.trainers.ppo import PPOConfig, train_ppo
+from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
+from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
+from minirlhf.trainers.sft import SFTConfig, train_sft
+
+# Dense bf16 tensor-core peak from the vendors' datasheets (SXM parts; fp16 for the T4 and V100, which have no bf16)
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12,
+                   "T4": 65e12, "V100": 125e12}
+ONLINE_TINY = {"prompts_per_step": 2, "group_size": 2, "minibatch_size": 4, "max_new_tokens": 4}
+TINY = {  # --tiny: small enough for two busy CPU cores in the test suite
+    "sft": {"batch_size": 4}, "reward-model": {"batch_size": 4, "max_length": 64},
+    "dpo": {"batch_size": 4, "max_length": 64}, "grpo": ONLINE_TINY, "rloo": ONLINE_TINY,
+    "ppo": {**ONLINE_TINY, "group_size": 1, "minibatch_size": 2},
+}
+
+
+class TokenCounter:
+    """Counts the tokens every forward pass reads, split into with/without autograd, via a global pre-hook on
+    the token embedding (found by its size: `vocab` rows). Also counts the model's parameters once seen."""
+
+    def __init__(self, vocab: int):
+        self.vocab, self.trained, self.forward_only = vocab, 0, 0
+        self.handle = nn.modules.module.register_module_forward_pre_hook(self._hook)
+
+    def _hook(self, module: nn.Module, args) -> None:
+        if isinstance(module, nn.Embedding) and module.num_embeddings == self.vocab and args:
+            if torch.is_grad_enabled():
+                self.trained += args[0].numel()
+            else:
+                self.forward_only += args[0].numel()
+
+    def close(self) -> None:
+        self.handle.remove()
+
+
+def non_embedding_parameters(model: nn.Module) -> int:
+    embeddings = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    return sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
+
+
+def run_method(method: str, model_name: str, steps: int, tiny: bool, precision: str):
+    """Train `method` for `steps` steps; returns (history, trained model, per-step times and token counts)."""
+    overrides = {**preset("t4", method), "model": model_name, "steps": steps, "eval_every": 10**6,
+                 "progress": False, "precision": precision, **(TINY.get(method, {}) if tiny else {})}
+    pairs = load_preference_pairs("sentiment", "train")[:512]
+    held_out = arithmetic.problems("test")[:64]
+    task = dataclasses.replace(
+        arithmetic.task(), evaluate=lambda m, t: {"accuracy": arithmetic.accuracy(m, t, held_out)}
+    )
+    marks = []  # (time, trained tokens, forward-only tokens) at each logged training step
+
+    def mark(history):
+        if "loss" in history[-1]:
+            marks.append((time.perf_counter(), counter.trained, counter.forward_only))
+
+    counter = TokenCounter(vocab=946 if tiny else 50257)
+    try:
+        if method == "sft":  # SFT on the chosen review continuations: longer sequences than arithmetic
+            config = SFTConfig(**overrides)
+            model, _, history = train_sft([(p.prompt, p.chosen) for p in pairs], config, callbacks=[mark])
+        elif method == "reward-model":
+            model, _, history = train_reward_model(pairs, RewardModelConfig(**overrides), callbacks=[mark])
+        elif method == "dpo":
+            model, _, history = train_dpo(pairs, DPOConfig(eval_prompts=0, **overrides), callbacks=[mark])
+        elif method == "grpo":
+            model, _, history = train_grpo(task, GRPOConfig(**overrides), callbacks=[mark])
+        elif method == "rloo":
+            model, _, history = train_reinforce(task, ReinforceConfig(baseline="rloo", **overrides), callbacks=[mark])
+        else:
+            model, _, history = train_ppo(task, PPOConfig(**overrides), callbacks=[mark])
+    finally:
+        counter.close()
+    return history, model, marks
+
+
+def measure(method: str, model_name: str, steps: int, warmup: int, tiny: bool, precision: str) -> dict:
+    device_is_cuda = torch.cuda.is_available()
+    if device_is_cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    history, model, marks = run_method(method, model_name, steps, tiny, precision)
+    timed = [(t1 - t0, g1 - g0, f1 - f0) for (t0, g0, f0), (t1, g1, f1) in zip(marks[warmup:], marks[warmup + 1 :])]
+    seconds = sum(t for t, _, _ in timed)
+    trained, forward_only = sum(g for _, g, _ in timed), sum(f for _, _, f in timed)
+    n = non_embedding_parameters(model)
+    result = {
+        "method": method, "steps_timed": len(timed), "step_ms_median": 1000 * statistics.median(t for t, _, _ in timed),
+        "trained_tokens_per_s": trained / seconds, "all_tokens_per_s": (trained + forward_only) / seconds,
+        "non_embedding_params": n, "model_tflops_per_s": (6 * n * trained + 2 * n * forward_only) / seconds / 1e12,
+        "final_loss": history.last("loss"),
+    }
+    if device_is_cuda:
+        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        name = torch.cuda.get_device_name()
+        peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+        if peak is not None:
+            result["fraction_of_bf16_peak"] = result["model_tflops_per_s"] * 1e12 / peak
+    del model, history
+    gc.collect()
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="random:gpt2", help="any load_model name (default: random:gpt2)")
+    parser.add_argument("--methods", default="sft,dpo,grpo,reward-model,rloo,ppo")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=3, help="first steps not timed")
+    parser.add_argument("--precision", default="auto", help="auto (bf16 on a GPU), bf16, fp16 or fp32")
+    parser.add_argument("--tiny", action="store_true", help="shipped tiny model and small batches (CPU smoke test)")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args()
+    model_name = "tiny" if args.tiny else args.model
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    print(f"device: {device}, torch {torch.__version__}, model {model_name}, precision {args.precision}")
+    print("| method | step ms (median) | trained tokens/s | all tokens/s | model TFLOP/s | of bf16 peak "
+          "| peak memory |\n|---|---|---|---|---|---|---|")
+    results = []
+    for method in args.methods.split(","):
+        r = measure(method, model_name, args.steps, args.warmup, args.tiny, args.precision)
+        results.append(r)
+        frac = f"{r['fraction_of_bf16_peak']:.1%}" if "fraction_of_bf16_peak" in r else "-"
+        memory = f"{r['peak_memory_gib']:.2f} GiB" if "peak_memory_gib" in r else "-"
+        print(f"| {method} | {r['step_ms_median']:.0f} | {r['trained_tokens_per_s']:,.0f} | "
+              f"{r['all_tokens_per_s']:,.0f} | {r['model_tflops_per_s']:.1f} | {frac} | {memory} |", flush=True)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        summary = {"device": device, "torch": torch.__version__, "model": model_name, "args": vars(args),
+                   "results": results}
+        Path(args.out).write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

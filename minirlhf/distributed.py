@@ -1,0 +1,155 @@
+"""Where a trainer runs: its device, its precision and, under `accelerate launch`, its share of a data-parallel job.
+
+    runtime, config = setup_runtime(config)      # first line of every trainer
+    train_model = runtime.prepare(model)         # DDP-wrapped under several processes; else the model itself
+    with runtime.autocast():                     # bf16/fp16 forward passes (minirlhf.precision)
+        logp = response_logprobs(train_model, ...)
+    runtime.backward(loss)                       # loss.backward(), scaled for fp16
+    history.log(step, **runtime.reduce(metrics)) # metrics averaged over processes, + peak GPU memory
+
+One process runs everything unless the script is started by `accelerate launch --num_processes N` (one process
+per GPU; on CPU, add `--multi_gpu` and they talk over gloo). Then it is data parallel:
+
+- Every process holds the whole model, starts from the same seed and draws the SAME global batch (prompts,
+  pairs, examples) with the same random numbers, and works on its own contiguous share of it. GRPO/RLOO groups
+  stay whole: prompts are shared out, not completions. Sampling draws the noise of the whole batch and keeps its
+  own rows, so each process samples exactly the completions a single process would (`sampling.sample`).
+- Batch statistics (group-normalised advantages, whitening) are computed on the gathered batch.
+- DDP averages the gradients. A loss that is a mean over tokens (or pairs) is multiplied by `share`, so that the
+  average of the processes' losses is the mean over the global batch: N processes take the same optimisation
+  steps as one process with the same global batch (up to float rounding).
+- Every process evaluates (the same model on the same held-out set); only the main process writes metrics and
+  checkpoints.
+
+`accelerate` is needed only for several processes: `pip install "minirlhf[dist]"`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from minirlhf.models import resolve_device
+from minirlhf.precision import autocast, enable_gradient_checkpointing, grad_scaler, memory_metrics, resolve_precision
+
+Config = TypeVar("Config")
+
+
+def launched_processes() -> int:
+    """How many processes `accelerate launch` (or torchrun) started for this job; 1 for a plain `python`."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+class Runtime:
+    """Device, precision and process group of one training run (see the module docstring)."""
+
+    def __init__(self, device: str = "auto", precision: str = "auto", gradient_checkpointing: bool = False):
+        self.accelerator = _accelerator(device) if launched_processes() > 1 else None
+        self.device = self.accelerator.device if self.accelerator else resolve_device(device)
+        self.dtype = resolve_precision(precision, self.device)  # the autocast dtype
+        self.scaler = grad_scaler(self.device, self.dtype)  # fp16 only
+        self.gradient_checkpointing = gradient_checkpointing
+
+    @property
+    def rank(self) -> int:
+        return self.accelerator.process_index if self.accelerator else 0
+
+    @property
+    def world_size(self) -> int:
+        return self.accelerator.num_processes if self.accelerator else 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def prepare(self, model: nn.Module) -> nn.Module:
+        """The module to run the training forward passes through: gradient checkpointing switched on when asked,
+        and, under several processes, wrapped in DistributedDataParallel (which averages gradients in backward).
+        Sample, evaluate and save with the unwrapped `model`: it is the same parameters."""
+        if self.gradient_checkpointing:  # on the transformer: the model itself, or a reward model's backbone
+            transformer = next(m for m in model.modules() if getattr(m, "supports_gradient_checkpointing", False))
+            enable_gradient_checkpointing(transformer)
+        return self.accelerator.prepare_model(model) if self.accelerator else model
+
+    def autocast(self) -> AbstractContextManager:
+        return autocast(self.device, self.dtype)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """loss.backward(); with fp16, of the scaled loss (`optimizer_step` unscales before clipping)."""
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    # --- sharing out the global batch ---------------------------------------------------------------------
+
+    def local_rows(self, n: int) -> slice:
+        """This process's contiguous share of n rows (shares differ by at most one row)."""
+        if n < self.world_size:
+            raise ValueError(f"a batch of {n} cannot be shared out over {self.world_size} processes")
+        return slice(self.rank * n // self.world_size, (self.rank + 1) * n // self.world_size)
+
+    def shard(self, items: Sequence) -> list:
+        return list(items[self.local_rows(len(items))])
+
+    def local(self, x: torch.Tensor) -> torch.Tensor:
+        """This process's rows of a tensor over the global batch (the inverse of `gather`)."""
+        return x[self.local_rows(x.shape[0])]
+
+    def gather(self, x: torch.Tensor) -> torch.Tensor:
+        """The global batch from every process's rows (equal shares), concatenated in process order."""
+        return self.accelerator.gather(x.contiguous()) if self.accelerator else x
+
+    def share(self, count: torch.Tensor | float) -> torch.Tensor | float:
+        """N · (this process's count) / (global count): the weight that turns a mean over this process's tokens
+        (or pairs) into its part of the mean over the global batch, once DDP averages over the N processes.
+        1 on a single process."""
+        if self.accelerator is None:
+            return 1.0
+        count = torch.as_tensor(count, dtype=torch.float32, device=self.device)
+        return self.world_size * count / self.accelerator.reduce(count.clone(), "sum").clamp_min(1)
+
+    def sampling_rows(self, n: int) -> tuple[int, int] | None:
+        """(first row, global rows) of this process's n sampled completions in the global batch, for `sample`;
+        None on a single process."""
+        if self.accelerator is None:
+            return None
+        return self.rank * n, self.world_size * n
+
+    def reduce(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """Every metric averaged over the processes (all log the same keys), plus this process's peak GPU memory."""
+        if self.accelerator is not None and metrics:
+            keys = sorted(metrics)
+            values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=self.device)
+            metrics = dict(zip(keys, self.accelerator.reduce(values, "mean").tolist()))
+        return metrics | memory_metrics(self.device)
+
+
+def setup_runtime(config: Config) -> tuple[Runtime, Config]:
+    """The trainer's Runtime from its config (`device`, `precision`, `gradient_checkpointing`), and the config each
+    process runs with: under several processes, this process's own device, and no `out_dir` except on the main
+    process (only it writes)."""
+    runtime = Runtime(config.device, config.precision, config.gradient_checkpointing)
+    for name in ("prompts_per_step", "minibatch_size"):  # online methods: every process gets whole, equal shares
+        value = getattr(config, name, None)
+        if value and value % runtime.world_size:
+            raise ValueError(f"{name}={value} must be divisible by the {runtime.world_size} processes")
+    if runtime.world_size > 1:
+        config = dataclasses.replace(config, device=str(runtime.device))
+        if not runtime.is_main:
+            config.out_dir = None  # set after `replace`, whose __post_init__ would restore it from `resume`
+    return runtime, config
+
+
+def _accelerator(device: str):
+    try:
+        from accelerate import Accelerator
+    except ImportError as err:
+        raise ImportError(
+            f"{launched_processes()} processes were launched, and multi-process training needs Hugging Face "
+            "Accelerate: pip install 'minirlhf[dist]'  (or: pip install accelerate==1.15.0)"
+        ) from err
+    return Accelerator(cpu=str(device) == "cpu" or not torch.cuda.is_available(), mixed_precision="no")
