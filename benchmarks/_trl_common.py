@@ -185,8 +185,9 @@ def matmul_params(model: torch.nn.Module) -> int:
 class ForwardLog:
     """Forward pre-hooks that record what each forward pass saw: (rows, padded width, real length of every row,
     whether autograd was recording). `take()` returns and clears the records of the current step. A packed forward
-    (no attention mask, position ids restarting at 0 for each sequence) counts each segment as a sequence, the tail
-    padding of a packed row included."""
+    (no attention mask, position ids restarting at 0 for each sequence) counts each segment as a sequence; the tail
+    padding of a packed row (`minirlhf.logprobs.packed_response_logprobs` gives every padding token position 0)
+    makes 1-token segments, which are not counted (a scored sequence has a prompt and a response: >= 2 tokens)."""
 
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
@@ -208,6 +209,7 @@ class ForwardLog:
                 starts = (positions == 0).nonzero().tolist()
                 ends = starts[1:] + [[None, None]]
                 lengths = [(e[1] if e[0] == s[0] else input_ids.shape[1]) - s[1] for s, e in zip(starts, ends)]
+                lengths = [n for n in lengths if n > 1]  # 1-token segments: padding
             else:
                 lengths = [input_ids.shape[1]] * input_ids.shape[0]
             records.append({"shape": tuple(input_ids.shape), "lengths": lengths, "grad": torch.is_grad_enabled()})

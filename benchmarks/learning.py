@@ -37,7 +37,7 @@ LABELS = {
 }
 GRPO_TARGET = 0.90  # the issue: GRPO reaches 90% held-out accuracy ...
 GRPO_SECONDS = 300.0  # ... within 5 minutes on 2 CPU cores
-LIFT_TARGET = 0.20  # PPO and RLOO: +20 points within the same budget
+LIFT_TARGET = 0.20  # PPO and RLOO: +20 points within the same 5 minutes of training
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -130,6 +130,7 @@ def summarize(result: dict) -> dict:
     evals = result["evals"]
     before, after = evals[0]["accuracy"], evals[-1]["accuracy"]
     reached = next((e for e in evals if e["accuracy"] >= GRPO_TARGET), None)
+    in_time = [e for e in evals if e["train_s"] <= GRPO_SECONDS]  # the evaluations inside the time budget
     census = result["census"]
     return {
         "method": result["method"],
@@ -145,6 +146,7 @@ def summarize(result: dict) -> dict:
         "lift_points": 100 * (after - before),
         "best": max(e["accuracy"] for e in evals),
         "first_at_target": reached,
+        "at_time_budget": in_time[-1]["accuracy"],
         "wall_s": result["wall_s"],
         "train_s": result["wall_s"] - result["eval_s"],
         "peak_rss_mib": result["peak_rss_mb"],
@@ -155,7 +157,8 @@ def summarize(result: dict) -> dict:
 def table(summaries: list[dict], shared_process: bool) -> str:
     header = [
         "method", "models in memory (measured)", "weights held (MiB)", "steps × completions/step",
-        "held-out acc. before", "after", "Δ (points)", "best", f"first ≥ {GRPO_TARGET:.2f} at (completions, train s)",
+        "held-out acc. before", "after", "Δ (points)", "best",
+        f"acc. after {GRPO_SECONDS:.0f} s of training", f"first ≥ {GRPO_TARGET:.2f} at (completions, train s)",
         "wall time (s)", "train time excl. eval (s)",
         "peak RSS (MiB)" + (" (shared process!)" if shared_process else ""), "RSS above torch import (MiB)",
     ]
@@ -165,7 +168,7 @@ def table(summaries: list[dict], shared_process: bool) -> str:
         rows.append([
             s["label"], s["models"], f"{s['weights_mib']:.1f}",
             "0" if s["method"] == "sft" else f"{s['steps']} × {s['batch_size']} = {s['completions']}",
-            fmt(s["before"]), fmt(s["after"]), f"{s['lift_points']:+.1f}", fmt(s["best"]),
+            fmt(s["before"]), fmt(s["after"]), f"{s['lift_points']:+.1f}", fmt(s["best"]), fmt(s["at_time_budget"]),
             "never" if hit is None else f"{hit['completions']}, {hit['train_s']:.0f} s",
             f"{s['wall_s']:.0f}", f"{s['train_s']:.0f}", f"{s['peak_rss_mib']:.0f}",
             f"{s['peak_rss_mib'] - s['floor_rss_mib']:.0f}",
@@ -189,10 +192,11 @@ def goals(summaries: list[dict]) -> list[str]:
     for method in ("ppo", "rloo"):
         if method in by_method:
             s = by_method[method]
-            ok = s["after"] - s["before"] >= LIFT_TARGET
-            lines.append(f"- {s['label']} lifts accuracy by ≥ {100 * LIFT_TARGET:.0f} points within the same budget: "
-                         f"{'MET' if ok else 'MISSED'} ({fmt(s['before'])} → {fmt(s['after'])}, "
-                         f"{s['lift_points']:+.1f} points, best {fmt(s['best'])})")
+            lift = s["at_time_budget"] - s["before"]
+            lines.append(f"- {s['label']} lifts accuracy by ≥ {100 * LIFT_TARGET:.0f} points within "
+                         f"{GRPO_SECONDS / 60:.0f} min of training: {'MET' if lift >= LIFT_TARGET else 'MISSED'} "
+                         f"({fmt(s['before'])} → {fmt(s['at_time_budget'])}, {100 * lift:+.1f} points; "
+                         f"after the whole budget {fmt(s['after'])}, best {fmt(s['best'])})")
     return lines
 
 

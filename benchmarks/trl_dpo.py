@@ -20,7 +20,7 @@ Efficiency: FLOPs of a step (6·N·tokens + attention for the policy, 2·N·toke
 forward) per second, as a fraction of this machine's torch.mm rate measured in the same rounds.
 
     pip install trl==1.16.0          # only for this script; not a dependency of minirlhf
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_dpo.py             # ~8 min on a busy 2-core machine
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_dpo.py             # ~4 min on a busy 2-core machine
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_dpo.py --quick     # smoke test
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_dpo.py --check-only
 

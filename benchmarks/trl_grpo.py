@@ -27,7 +27,7 @@ Differences by definition (std + 1e-4 vs max(std, 1e-4), the ratio-weighted KL, 
 prompts) are reported with their size, not hidden.
 
     pip install trl==1.16.0          # only for this script; not a dependency of minirlhf
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_grpo.py             # ~6 min on a busy 2-core machine
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_grpo.py             # ~2 min on a busy 2-core machine
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_grpo.py --quick     # smoke test
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/trl_grpo.py --check-only
 
