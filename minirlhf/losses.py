@@ -440,3 +440,16 @@ def bradley_terry_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> Tensor
     """
     _check_same_shape(chosen_scores=chosen_scores, rejected_scores=rejected_scores)
     return -F.logsigmoid(chosen_scores - rejected_scores).mean()
+
+
+def pair_accuracy(chosen_scores: Tensor, rejected_scores: Tensor) -> float:
+    """Fraction of pairs ranked right, score(y_w) > score(y_l), for a reward model or DPO's implicit reward.
+
+    A tie counts 1/2, so an untrained reward model (every score 0) and DPO at step 0 (p_θ = p_ref: every implicit
+    reward is 0) both sit at chance, 0.5, like a coin flip. (TRL counts a tie as wrong, so it reports 0 there.)
+    """
+    _check_same_shape(chosen_scores=chosen_scores, rejected_scores=rejected_scores)
+    right = (chosen_scores > rejected_scores).float()
+    ties = (chosen_scores == rejected_scores).float()
+    return (right + 0.5 * ties).mean().item()
+

@@ -26,6 +26,7 @@ from minirlhf.losses import (
     masked_mean,
     masked_sum,
     masked_whiten,
+    pair_accuracy,
     ppo_clip_loss,
     reinforce_loss,
     rloo_advantages,
@@ -542,3 +543,11 @@ def _t(*shape: int) -> torch.Tensor:
 def test_bad_input_names_the_argument(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_pair_accuracy_counts_a_tie_as_half():
+    chosen = torch.tensor([2.0, 0.0, -1.0, 1.0])
+    rejected = torch.tensor([1.0, 0.0, 3.0, 1.0])
+    assert pair_accuracy(chosen, rejected) == (1 + 0.5 + 0 + 0.5) / 4
+    with pytest.raises(ValueError):
+        pair_accuracy(chosen, rejected[:3])

@@ -27,7 +27,7 @@ import torch
 from minirlhf.data import PreferencePair, check_pair_lengths, encode_preference_pairs
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
-from minirlhf.losses import DPO_LOSS_TYPES, dpo_loss
+from minirlhf.losses import DPO_LOSS_TYPES, dpo_loss, pair_accuracy
 from minirlhf.models import disable_dropout, frozen_copy
 from minirlhf.tasks.sentiment import MAX_NEW_TOKENS, evaluate_sentiment
 from minirlhf.trainers.checkpoint import Checkpointer
@@ -108,15 +108,16 @@ def reference_logps(ref, tokenizer, pairs: list[PreferencePair], max_length: int
 
 @torch.no_grad()
 def evaluate_implicit_rewards(model, tokenizer, pairs, ref_chosen, ref_rejected, config: DPOConfig, max_length=None):
-    """DPO's implicit reward β log p_θ(y|x)/p_ref(y|x) on held-out pairs: accuracy (chosen > rejected), margin,
-    loss, and the mean sequence log-probs under p_θ. `ref_*` are log p_ref of the same pairs, (N,) each."""
+    """DPO's implicit reward β log p_θ(y|x)/p_ref(y|x) on held-out pairs: accuracy (chosen > rejected, a tie
+    counts 1/2), margin, loss, and the mean sequence log-probs under p_θ. `ref_*` are log p_ref of the same
+    pairs, (N,) each."""
     chosen, rejected = reference_logps(model, tokenizer, pairs, max_length)  # the same batched no-grad pass
     losses, r_chosen, r_rejected = dpo_loss(
         chosen, rejected, ref_chosen, ref_rejected, config.beta, config.loss_type, config.label_smoothing
     )
     return {
         "loss": losses.mean().item(),
-        "rewards/accuracy": (r_chosen > r_rejected).float().mean().item(),
+        "rewards/accuracy": pair_accuracy(r_chosen, r_rejected),  # a tie counts 1/2
         "rewards/margin": (r_chosen - r_rejected).mean().item(),
         "logps/chosen": chosen.mean().item(),
         "logps/rejected": rejected.mean().item(),
@@ -217,7 +218,7 @@ def train_dpo(
 
         metrics |= {
             "loss": loss.item(),
-            "rewards/accuracy": (r_chosen > r_rejected).float().mean().item(),
+            "rewards/accuracy": pair_accuracy(r_chosen, r_rejected),  # a tie counts 1/2
             "rewards/margin": (r_chosen - r_rejected).mean().item(),
             "rewards/chosen": r_chosen.mean().item(),  # β log p_θ(y_w)/p_ref(y_w)
             "rewards/rejected": r_rejected.mean().item(),  # β log p_θ(y_l)/p_ref(y_l)

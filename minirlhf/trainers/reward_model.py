@@ -35,7 +35,7 @@ from minirlhf.data import (
 )
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import position_ids_from_mask
-from minirlhf.losses import bradley_terry_loss
+from minirlhf.losses import bradley_terry_loss, pair_accuracy
 from minirlhf.models import ValueHead, load_model, load_tokenizer
 from minirlhf.trainers.checkpoint import Checkpointer
 from minirlhf.trainers.common import (
@@ -162,12 +162,6 @@ def pair_scores(
     batch = encode_preference_pairs(tokenizer, pairs, max_length=max_length or _context_size(reward_model))
     scores = reward_model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (2B,)
     return scores[: len(pairs)], scores[len(pairs) :]
-
-
-def pair_accuracy(chosen: torch.Tensor, rejected: torch.Tensor) -> float:
-    """Fraction of pairs ranked right, RM(x, y_w) > RM(x, y_l); a tie counts 1/2, so the untrained model (zero
-    head: every score 0) and a coin flip both sit at chance, 0.5."""
-    return ((chosen > rejected).float() + 0.5 * (chosen == rejected).float()).mean().item()
 
 
 @torch.no_grad()
