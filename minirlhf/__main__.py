@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from minirlhf.cli import add_config_arguments, config_from_args
+from minirlhf.cli import add_config_arguments, config_from_args, given_fields
 from minirlhf.presets import PRESETS, preset
 
 
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.preset:  # the preset's values become the defaults, and the flags given are parsed again over them
         parser.set_defaults(**preset(args.preset, command))
         args = parser.parse_args(rest)
-    config = config_from_args(config_cls, args)
+    config = config_from_args(config_cls, args, given_fields(parser, rest))
     history = run(config)
     print(json.dumps({k: v for k, v in history[-1].items()}, indent=1))
 

@@ -58,7 +58,19 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
         )
 
 
-def config_from_args(config_cls: type, args: argparse.Namespace):
-    """Build (and so validate) the config from parsed flags."""
+def given_fields(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
+    """The fields whose flags appear in `argv` (`--beta 0.1` or `--beta=0.1`), as opposed to defaults."""
+    dest_of = {option: action.dest for action in parser._actions for option in action.option_strings}
+    return {dest_of[token.split("=")[0]] for token in argv if token.split("=")[0] in dest_of}
+
+
+def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str] = frozenset()):
+    """Build (and so validate) the config from parsed flags. With `--resume`, the interrupted run's own config is
+    the starting point and only the flags in `given` change it (e.g. `--steps 400` to train longer)."""
+    from minirlhf.trainers.checkpoint import saved_config
+
     names = {f.name for f in dataclasses.fields(config_cls)}
-    return config_cls(**{k: v for k, v in vars(args).items() if k in names})
+    values = {k: v for k, v in vars(args).items() if k in names}
+    if values.get("resume"):
+        values = saved_config(values["resume"]) | {k: values[k] for k in given | {"resume"} if k in names}
+    return config_cls.from_dict(values)

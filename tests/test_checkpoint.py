@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -239,3 +240,18 @@ def test_fp16_loss_scale_is_saved_and_restored(tmp_path):
     resuming, scaler = checkpointer(scale=2.0**16)
     resuming.restore(find_checkpoint(tmp_path))
     assert scaler.get_scale() == 1024.0
+
+
+def test_cli_resume_continues_with_the_runs_own_settings(tmp_path, capsys):
+    """`--resume DIR` starts from the interrupted run's config; only the flags given again change it."""
+    from minirlhf.__main__ import main
+
+    run = ["grpo", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "3", "--eval-every", "100",
+           "--save-every", "2", "--progress", "false"]
+    main([*run, "--steps", "2", "--out-dir", str(tmp_path)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a changed setting would warn
+        main(["grpo", "--resume", str(tmp_path), "--steps=4"])
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert (config["prompts_per_step"], config["group_size"], config["steps"]) == (2, 2, 4)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000002", "step-000004"]

@@ -150,6 +150,11 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     return existing[-1]
 
 
+def saved_config(resume: str | os.PathLike) -> dict[str, Any]:
+    """The config (as a dict) of the run that wrote the checkpoint `resume` points to (see `find_checkpoint`)."""
+    return json.loads((find_checkpoint(resume) / STATE_FILE).read_text())["config"]
+
+
 def run_folder(resume: str | os.PathLike) -> Path:
     """The out_dir a checkpoint belongs to: where a resumed run keeps writing when no out_dir is given."""
     path = Path(resume)
