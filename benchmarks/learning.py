@@ -9,7 +9,7 @@ Held-out exact-match accuracy (greedy, the ~1000 test problems never trained on)
 Each method runs in a fresh process: its peak RSS (ru_maxrss) is its own. The models it holds while it trains
 (policy, frozen reference when beta > 0, PPO's value head, a reward model) are counted by the garbage collector.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learning.py                    # full budget, ~25 min here
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/learning.py                    # full budget, 15 min on 2 idle cores
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/learning.py --quick            # smoke test, < 1 min
     .venv/bin/python benchmarks/learning.py --methods grpo ppo --completions 6400
 
