@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from minirlhf.cli import add_config_arguments, config_from_args, given_fields
@@ -107,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
         args = parser.parse_args(rest)
     config = config_from_args(config_cls, args, given_fields(parser, rest))
     history = run(config)
-    print(json.dumps({k: v for k, v in history[-1].items()}, indent=1))
+    if int(os.environ.get("RANK", "0")) == 0:  # under `accelerate launch`, the main process reports
+        print(json.dumps({k: v for k, v in history[-1].items()}, indent=1))
 
 
 if __name__ == "__main__":
