@@ -18,6 +18,8 @@ Not part of the library, and TRL is not a dependency of minirlhf: install it onl
 
 from __future__ import annotations
 
+import argparse
+import json
 import logging
 import os
 import statistics
@@ -25,6 +27,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -425,3 +428,64 @@ def phase_table(timers: dict[str, PhaseTimer]) -> str:
     rows = [[phase] + [f"{t.result.get(phase, 0.0):.0f}" for t in timers.values()] for phase in phases]
     rows.append(["total"] + [f"{sum(t.result.values()):.0f}" for t in timers.values()])
     return markdown_table(["phase (CPU ms per step)"] + list(timers), rows)
+
+
+# --------------------------------------------------------------------------------------------- the scripts' frame
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, results: Path, profile_help: str) -> None:
+    """The flags both scripts share: rounds and steps, threads, --quick, --check-only, --profile, --out."""
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (minirlhf, TRL) in this process")
+    parser.add_argument("--steps", type=int, default=10, help="training steps per run (round)")
+    parser.add_argument("--warmup", type=int, default=3, help="steps of each run left out of the timing")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS / torch)")
+    parser.add_argument("--quick", action="store_true", help="1 round of 4 steps: checks the plumbing only")
+    parser.add_argument("--check-only", action="store_true", help="only the cross-check")
+    parser.add_argument("--profile", action="store_true", help=profile_help)
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"results JSON (default results/{results.name}; with --check-only: none unless given)")
+
+
+def interleaved_rounds(rounds: int, runs: dict[str, Callable[[int], dict[str, list]]], timed_steps: int,
+                       describe: Callable[[dict], str] = lambda out: "") -> dict[str, Any]:
+    """Run every library once per round, in turn, on a machine shared with other jobs: the rounds spread any
+    disturbance over all libraries alike. `runs[name](seed)` returns lists (its steps' timings, ...), which are
+    concatenated over the rounds. The machine's torch.mm rate is measured at the start of each round.
+
+    Returns {"per_library": {name: {key: list}}, "matmul": [rate per round], "ratios": [TRL/minirlhf wall per round]}.
+    """
+    per_library: dict[str, dict[str, list]] = {name: {} for name in runs}
+    matmul, ratios = [], []
+    for r in range(rounds):
+        matmul.append(matmul_rate())
+        print(f"round {r + 1}/{rounds}: matmul {matmul[-1]['wall']:.1f} GFLOP/s wall, "
+              f"{matmul[-1]['cpu']:.1f} GFLOP/s CPU", flush=True)
+        for name, run in runs.items():
+            out = run(r)
+            for key, values in out.items():
+                per_library[name].setdefault(key, []).extend(values)
+            print(f"  {name}: median step {median([x['wall'] for x in out['steps']]):.3f} s wall, "
+                  f"{median([x['cpu'] for x in out['steps']]):.3f} s CPU{describe(out)}", flush=True)
+        ratios.append(median([x["wall"] for x in per_library["trl"]["steps"][-timed_steps:]])
+                      / median([x["wall"] for x in per_library["minirlhf"]["steps"][-timed_steps:]]))
+    return {"per_library": per_library, "matmul": matmul, "ratios": ratios}
+
+
+def speed_summary(results: dict[str, dict], rounds: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark's result: per-library summaries, the matmul rate and minirlhf's speed relative to TRL."""
+    matmul = rounds["matmul"]
+    return {
+        "libraries": results,
+        "matmul_gflops": {"wall": median([m["wall"] for m in matmul]), "cpu": median([m["cpu"] for m in matmul]),
+                          "per_round": matmul},
+        "ratio_wall": results["trl"]["step_s_wall"] / results["minirlhf"]["step_s_wall"],
+        "ratio_cpu": results["trl"]["step_s_cpu"] / results["minirlhf"]["step_s_cpu"],
+        "ratio_wall_per_round": rounds["ratios"],
+    }
+
+
+def write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1, default=str))
+    print(f"\nwrote {path}")
+

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -43,22 +42,25 @@ from _trl_common import (
     ForwardLog,
     PhaseTimer,
     StepClock,
+    add_run_arguments,
     check_row,
     check_table,
     failed_checks,
     grad_diff,
+    interleaved_rounds,
     matmul_params,
-    matmul_rate,
     max_abs_diff,
     median,
     minirlhf_callback,
     phase_table,
     quiet,
     set_threads,
+    speed_summary,
     step_flops,
     summarize_steps,
     trl_callback,
     versions,
+    write_json,
 )
 
 from minirlhf.data import PreferencePair, load_preference_pairs
@@ -351,29 +353,18 @@ def benchmark(rounds: int, steps: int, warmup: int, batch_size: int, beta: float
               trl_checkpointing_row: bool) -> dict:
     pairs = load_preference_pairs(DATA)
     model, _ = load_model(MODEL, device="cpu")
-    per_lib: dict[str, dict] = {"minirlhf": {"steps": [], "forwards": []}, "trl": {"steps": [], "forwards": []}}
+    runs = {"minirlhf": (run_minirlhf, {}), "trl": (run_trl, {})}
     if trl_checkpointing_row:
-        per_lib["trl (gradient_checkpointing=True, its default)"] = {"steps": [], "forwards": []}
-    matmul, ratios = [], []
-    for r in range(rounds):
-        matmul.append(matmul_rate())
-        print(f"round {r + 1}/{rounds}: matmul {matmul[-1]['wall']:.1f} GFLOP/s wall, "
-              f"{matmul[-1]['cpu']:.1f} GFLOP/s CPU", flush=True)
-        runs = {"minirlhf": (run_minirlhf, {}), "trl": (run_trl, {})}
-        if trl_checkpointing_row:
-            runs["trl (gradient_checkpointing=True, its default)"] = (run_trl, {"gradient_checkpointing": True})
-        for name, (run, extra) in runs.items():
-            out = run(pairs, steps, warmup, batch_size, beta, lr, max_length, seed=r, **extra)
-            per_lib[name]["steps"] += out["steps"]
-            per_lib[name]["forwards"] += out["forwards"]
-            print(f"  {name}: median step {median([s['wall'] for s in out['steps']]):.3f} s wall, "
-                  f"{median([s['cpu'] for s in out['steps']]):.3f} s CPU", flush=True)
-        ratios.append(median([s["wall"] for s in per_lib["trl"]["steps"][-(steps - warmup):]])
-                      / median([s["wall"] for s in per_lib["minirlhf"]["steps"][-(steps - warmup):]]))
+        runs["trl (gradient_checkpointing=True, its default)"] = (run_trl, {"gradient_checkpointing": True})
+    measured = interleaved_rounds(rounds, {
+        name: lambda seed, run=run, extra=extra: run(pairs, steps, warmup, batch_size, beta, lr, max_length,
+                                                      seed=seed, **extra)
+        for name, (run, extra) in runs.items()
+    }, timed_steps=steps - warmup)
+    matmul_wall = median([m["wall"] for m in measured["matmul"]])
+    matmul_cpu = median([m["cpu"] for m in measured["matmul"]])
     results = {}
-    matmul_wall = median([m["wall"] for m in matmul])
-    matmul_cpu = median([m["cpu"] for m in matmul])
-    for name, data in per_lib.items():
+    for name, data in measured["per_library"].items():
         summary = summarize_steps(data["steps"], batch_size) | flops_summary(data["forwards"], model)
         for clock, rate in (("wall", matmul_wall), ("cpu", matmul_cpu)):
             achieved = summary["flops_executed"] / summary[f"step_s_{clock}"]
@@ -383,13 +374,7 @@ def benchmark(rounds: int, steps: int, warmup: int, batch_size: int, beta: float
             summary[f"useful_fraction_of_matmul_{clock}"] = useful / 1e9 / rate
         summary["raw_steps"] = data["steps"]
         results[name] = summary
-    return {
-        "libraries": results,
-        "matmul_gflops": {"wall": matmul_wall, "cpu": matmul_cpu, "per_round": matmul},
-        "ratio_wall": results["trl"]["step_s_wall"] / results["minirlhf"]["step_s_wall"],
-        "ratio_cpu": results["trl"]["step_s_cpu"] / results["minirlhf"]["step_s_cpu"],
-        "ratio_wall_per_round": ratios,
-    }
+    return speed_summary(results, measured)
 
 
 def throughput_table(bench: dict, threads: int) -> str:
@@ -459,22 +444,14 @@ def ops_table(ops: dict[str, list[tuple[str, float]]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (minirlhf, TRL) in this process")
-    parser.add_argument("--steps", type=int, default=10, help="training steps per run (round)")
-    parser.add_argument("--warmup", type=int, default=3, help="steps of each run left out of the timing")
+    add_run_arguments(parser, RESULTS, "instead of the throughput rounds: where a step's CPU time goes "
+                      "(phases, operators)")
     parser.add_argument("--batch-size", type=int, default=32, help="preference pairs per step")
     parser.add_argument("--beta", type=float, default=0.5)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--max-length", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS / torch)")
     parser.add_argument("--trl-default-checkpointing", action="store_true",
                         help="also time TRL with gradient_checkpointing=True (its default)")
-    parser.add_argument("--quick", action="store_true", help="1 round of 4 steps: checks the plumbing only")
-    parser.add_argument("--check-only", action="store_true", help="only the cross-check")
-    parser.add_argument("--profile", action="store_true",
-                        help="instead of the throughput rounds: where a step's CPU time goes (phases, operators)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results JSON (default results/{RESULTS.name}; with --check-only: none unless given)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.warmup = 1, 4, 1
@@ -487,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = failed_checks(checks)
     if args.check_only:
         if args.out is not None:
-            args.out.write_text(json.dumps({"versions": versions(), "cross_check": checks}, indent=1))
+            write_json(args.out, {"versions": versions(), "cross_check": checks})
         return 1 if bad else 0
 
     if args.profile:
@@ -514,10 +491,7 @@ def main(argv: list[str] | None = None) -> int:
         "cross_check": checks,
         "benchmark": bench,
     }
-    args.out = args.out or RESULTS
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nwrote {args.out}")
+    write_json(args.out or RESULTS, result)
     return 1 if bad else 0
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import json
 import random
 import sys
 import tempfile
@@ -51,20 +50,23 @@ from _trl_common import (
     FixedLogProbModel,
     PhaseTimer,
     StepClock,
+    add_run_arguments,
     check_row,
     check_table,
     failed_checks,
     grad_diff,
-    matmul_rate,
+    interleaved_rounds,
     max_abs_diff,
     median,
     minirlhf_callback,
     phase_table,
     quiet,
     set_threads,
+    speed_summary,
     summarize_steps,
     trl_callback,
     versions,
+    write_json,
 )
 
 from minirlhf.logprobs import response_logprobs
@@ -381,36 +383,19 @@ def run_trl(s: Settings, steps: int, warmup: int, seed: int, timer: PhaseTimer |
 
 
 def benchmark(s: Settings, rounds: int, steps: int, warmup: int) -> dict:
-    per_lib = {name: {"steps": [], "completion_length": []} for name in ("minirlhf", "trl")}
-    matmul, ratios = [], []
-    for r in range(rounds):
-        matmul.append(matmul_rate())
-        print(f"round {r + 1}/{rounds}: matmul {matmul[-1]['wall']:.1f} GFLOP/s wall, "
-              f"{matmul[-1]['cpu']:.1f} GFLOP/s CPU", flush=True)
-        for name, run in (("minirlhf", run_minirlhf), ("trl", run_trl)):
-            out = run(s, steps, warmup, seed=r)
-            for key in per_lib[name]:
-                per_lib[name][key] += out[key]
-            print(f"  {name}: median step {median([x['wall'] for x in out['steps']]):.3f} s wall, "
-                  f"{median([x['cpu'] for x in out['steps']]):.3f} s CPU, "
-                  f"completion length {median(out['completion_length']):.2f}", flush=True)
-        last = steps - max(1, warmup)
-        ratios.append(median([x["wall"] for x in per_lib["trl"]["steps"][-last:]])
-                      / median([x["wall"] for x in per_lib["minirlhf"]["steps"][-last:]]))
+    measured = interleaved_rounds(
+        rounds, {name: lambda seed, run=run: run(s, steps, warmup, seed=seed)
+                 for name, run in (("minirlhf", run_minirlhf), ("trl", run_trl))},
+        timed_steps=steps - max(1, warmup),
+        describe=lambda out: f", completion length {median(out['completion_length']):.2f}",
+    )
     results = {}
-    for name, data in per_lib.items():
+    for name, data in measured["per_library"].items():
         results[name] = summarize_steps(data["steps"], s.batch_size) | {
             "completion_length_mean": sum(data["completion_length"]) / len(data["completion_length"]),
             "raw_steps": data["steps"],
         }
-    return {
-        "libraries": results,
-        "matmul_gflops": {"wall": median([m["wall"] for m in matmul]), "cpu": median([m["cpu"] for m in matmul]),
-                          "per_round": matmul},
-        "ratio_wall": results["trl"]["step_s_wall"] / results["minirlhf"]["step_s_wall"],
-        "ratio_cpu": results["trl"]["step_s_cpu"] / results["minirlhf"]["step_s_cpu"],
-        "ratio_wall_per_round": ratios,
-    }
+    return speed_summary(results, measured)
 
 
 def profile(s: Settings, steps: int, warmup: int) -> dict:
@@ -437,18 +422,9 @@ def throughput_table(bench: dict, threads: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (minirlhf, TRL) in this process")
-    parser.add_argument("--steps", type=int, default=10, help="training steps per run (round)")
-    parser.add_argument("--warmup", type=int, default=3, help="steps of each run left out of the timing")
+    add_run_arguments(parser, RESULTS, "instead of the throughput rounds: where a step's CPU time goes, by phase")
     parser.add_argument("--prompts-per-step", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: OMP_NUM_THREADS / torch)")
-    parser.add_argument("--quick", action="store_true", help="1 round of 4 steps: checks the plumbing only")
-    parser.add_argument("--check-only", action="store_true", help="only the cross-check")
-    parser.add_argument("--profile", action="store_true",
-                        help="instead of the throughput rounds: where a step's CPU time goes, by phase")
-    parser.add_argument("--out", type=Path, default=None,
-                        help=f"results JSON (default results/{RESULTS.name}; with --check-only: none unless given)")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.steps, args.warmup = 1, 4, 1
@@ -462,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
     bad = failed_checks(checks)
     if args.check_only:
         if args.out is not None:
-            args.out.write_text(json.dumps({"versions": versions(), "cross_check": checks}, indent=1))
+            write_json(args.out, {"versions": versions(), "cross_check": checks})
         return 1 if bad else 0
 
     if args.profile:
@@ -484,10 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         "cross_check": checks,
         "benchmark": bench,
     }
-    args.out = args.out or RESULTS
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nwrote {args.out}")
+    write_json(args.out or RESULTS, result)
     return 1 if bad else 0
 
 
