@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
 from minirlhf.cli import add_config_arguments, config_from_args, given_fields
@@ -108,7 +107,9 @@ def main(argv: list[str] | None = None) -> None:
         args = parser.parse_args(rest)
     config = config_from_args(config_cls, args, given_fields(parser, rest))
     history = run(config)
-    if int(os.environ.get("RANK", "0")) == 0:  # under `accelerate launch`, the main process reports
+    from minirlhf.distributed import is_main_process
+
+    if is_main_process():  # under `accelerate launch`, one process reports
         print(json.dumps({k: v for k, v in history[-1].items()}, indent=1))
 
 

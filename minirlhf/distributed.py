@@ -46,6 +46,11 @@ def launched_processes() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
+def is_main_process() -> bool:
+    """Whether this is the process that reports and writes (rank 0; a plain `python` run is always it)."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
 class Runtime:
     """Device, precision and process group of one training run (see the module docstring)."""
 
