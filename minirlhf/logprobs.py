@@ -12,8 +12,9 @@ and exactly 0 elsewhere. Two details make padding invisible:
   (position_ids = cumsum(attention_mask) - 1): a left-padded prompt sees the same positions as an unpadded one.
 - The log-softmax is always taken in float32, also when the forward runs in bf16/fp16.
 
-Two things keep the forward cheap: the LM head (d -> V) and the log-softmax run only at the positions that predict
-a response token (`logits_to_keep`), and `packed_response_logprobs` takes the padding out of a batch altogether.
+Three things keep the forward cheap: the LM head (d -> V) and the log-softmax run only at the positions that predict
+a response token (`logits_to_keep`); `packed_response_logprobs` takes the padding out of a batch altogether; and
+`response_logprobs(..., prompt_length=P)` runs a prompt that several rows share (a GRPO group) once, not G times.
 """
 
 from __future__ import annotations
@@ -82,16 +83,69 @@ def response_logprobs(
     response_mask: torch.Tensor,
     temperature: float = 1.0,
     return_entropy: bool = False,
+    prompt_length: int = 0,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log p_θ(y_t | x, y_<t) for every response token, (B, T), zero off the response.
 
     With `return_entropy`, also the entropy of p_θ(· | x, y_<t) at each response token (B, T), zero elsewhere.
+    With `prompt_length=P` (the layout of `sampling.Rollout`: prompts in columns [0, P), left-padded), rows whose
+    prompts are identical share one forward pass of it (`_shared_prompt_forward`); the result is the same.
     """
     _check_batch(input_ids, attention_mask, response_mask)
+    position_ids = position_ids_from_mask(attention_mask)
+    if prompt_length > 1:
+        if bool(response_mask[:, :prompt_length].bool().any()):
+            raise ValueError(f"response_mask marks tokens in the prompt columns [0, {prompt_length})")
+        return _shared_prompt_forward(
+            model, input_ids, attention_mask, position_ids, response_mask, prompt_length, temperature, return_entropy
+        )
     return _response_forward(
         model, input_ids, response_mask, temperature, return_entropy,
-        attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
+        attention_mask=attention_mask, position_ids=position_ids,
     )
+
+
+def _shared_prompt_forward(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+    response_mask: torch.Tensor, prompt_length: int, temperature: float, return_entropy: bool,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """`response_logprobs` for a batch in which rows repeat prompts (G completions of each): every distinct prompt
+    runs through the model once, and its keys/values are reused by all its rows.
+
+        columns   [0, C)                      [C, T)            C = P - 1: the prompt's last token goes with the
+        pass 1    n distinct prompts -> KV    .                 response, since its logits predict y_1
+        pass 2    (KV of row b's prompt)      x_P y_1 .. y_N    all B rows, attending to the cached prompt
+
+    The cached keys/values are indexed by row (differentiably), so the gradient of every row flows back into its
+    prompt's one pass: log-probs and gradients equal the unshared forward's up to float rounding (tested). For
+    GRPO's 16 prompts x 8 rows of ~5 + 4 tokens, ~850 positions run instead of ~1400.
+    """
+    C = prompt_length - 1
+    prompt = torch.cat([input_ids[:, :C], attention_mask[:, :C]], dim=1)  # (B, 2C) a prompt is its ids and mask
+    distinct, prompt_of_row = torch.unique(prompt, dim=0, return_inverse=True)  # (n, 2C), (B,)
+    if len(distinct) == len(input_ids):  # nothing shared: one pass is cheaper than two
+        return _response_forward(
+            model, input_ids, response_mask, temperature, return_entropy,
+            attention_mask=attention_mask, position_ids=position_ids,
+        )
+    # 1. the n distinct prompts, without the LM head: their keys/values at every layer
+    keyword = cache_keyword(model)
+    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
+    distinct_ids, distinct_mask = distinct[:, :C], distinct[:, C:]  # (n, C) each
+    out = body(
+        input_ids=distinct_ids, attention_mask=distinct_mask, position_ids=position_ids_from_mask(distinct_mask),
+        use_cache=True,
+    )
+    cache = getattr(out, keyword)
+    cache.reorder_cache(prompt_of_row)  # every row gets its prompt's keys/values (n -> B; index_select)
+    # 2. every row's last prompt token and response, attending to its prompt through the cache
+    results = _response_forward(
+        model, input_ids[:, C:], response_mask[:, C:], temperature, return_entropy,
+        attention_mask=attention_mask, position_ids=position_ids[:, C:], **{keyword: cache},
+    )  # (B, T - C) each
+    if return_entropy:
+        return tuple(F.pad(r, (C, 0)) for r in results)
+    return F.pad(results, (C, 0))  # (B, T): the prompt columns are 0
 
 
 def packed_response_logprobs(
@@ -149,6 +203,12 @@ def packed_response_logprobs(
     logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=device)  # (B, T)
     logp[real] = packed_logp[dest]
     return logp
+
+
+def cache_keyword(model: nn.Module) -> str:
+    """The KV-cache argument's name: `cache` in recent transformers 5.x, `past_key_values` before."""
+    forward = getattr(model, "module", model).forward
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 @cache

@@ -15,14 +15,13 @@ the log-probs stay those of the full one, as TRL and most libraries do.)
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from minirlhf.logprobs import logprobs_from_logits, position_ids_from_mask
+from minirlhf.logprobs import cache_keyword, logprobs_from_logits, position_ids_from_mask
 
 
 @dataclass
@@ -81,9 +80,11 @@ def sample(
     _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p)
     device = next(model.parameters()).device
     repeated = [p for p in prompts for _ in range(group_size)]
-    enc = tokenizer(repeated, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
-    prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)  # (B, P)
-    B, P = prompt_ids.shape
+    # each prompt once (n rows): the G completions of a prompt share its forward pass and KV cache
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+    prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)  # (n, P)
+    P = prompt_ids.shape[1]
+    B = len(repeated)
     max_positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
     if int(prompt_mask.sum(-1).max()) + max_new_tokens > max_positions:
         raise ValueError(
@@ -93,7 +94,7 @@ def sample(
     eos_id = tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id
     generator = _generator_on(device, generator)
-    cache_kwarg = _cache_keyword(model)
+    keyword = cache_keyword(model)
     first, total = batch_rows or (0, B)
     rows = slice(first, first + B)
 
@@ -103,17 +104,18 @@ def sample(
     token_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N)
     alive = torch.ones(B, dtype=torch.bool, device=device)  # no EOS yet
     lengths = torch.zeros(B, dtype=torch.long, device=device)  # response length incl. EOS
-    attention_mask = prompt_mask
-    # First step: the whole prompt. Later steps: one token each, reusing the KV cache.
-    step_ids, position_ids = prompt_ids, position_ids_from_mask(prompt_mask)
-    cache = None
+    # First the n prompts; their KV cache and last logits are then repeated G times (row i*G + g <- prompt i).
+    position_ids = position_ids_from_mask(prompt_mask)
+    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids, use_cache=True)
+    prompt_of_row = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # (B,)
+    cache = getattr(out, keyword)
+    cache.reorder_cache(prompt_of_row)
+    logits = out.logits[prompt_of_row, -1].float()  # (B, V)
+    prompt_ids, prompt_mask = prompt_ids[prompt_of_row], prompt_mask[prompt_of_row]  # (B, P)
+    position_ids = position_ids[prompt_of_row, -1:]  # (B, 1) the last prompt position, +1 per new token
+    attention_mask = prompt_mask  # (B, P), grows by one column per new token
+    # Then one token per step for all B rows, reusing the KV cache.
     for t in range(max_new_tokens):
-        out = model(
-            input_ids=step_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-            **{cache_kwarg: cache},
-        )
-        cache = getattr(out, cache_kwarg)
-        logits = out.logits[:, -1].float()  # (B, V)
         if greedy:
             next_token = logits.argmax(-1)
         else:
@@ -124,11 +126,17 @@ def sample(
         token_logp[:, t] = torch.where(alive, logprobs_from_logits(logits, next_token, temperature), 0.0)
         lengths += alive.long()
         alive &= next_token != eos_id
-        if not bool(alive.any()):
+        if not bool(alive.any()) or t + 1 == max_new_tokens:
             break
         # the new token is attended (even after EOS: masking it changes nothing for finished rows)
         attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        step_ids, position_ids = next_token[:, None], position_ids[:, -1:] + 1
+        position_ids = position_ids + 1
+        out = model(
+            input_ids=next_token[:, None], attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+            **{keyword: cache},
+        )
+        cache = getattr(out, keyword)
+        logits = out.logits[:, -1].float()  # (B, V)
     if batch_rows is not None and not greedy:
         _draw_like_the_other_processes(t + 1, total, probs, generator)
     model.train(was_training)
@@ -178,11 +186,6 @@ def _generator_on(device: torch.device, generator: torch.Generator | None) -> to
         return generator
     seed = int(torch.randint(2**62, (1,), generator=generator))
     return torch.Generator(device).manual_seed(seed)
-
-
-def _cache_keyword(model: nn.Module) -> str:
-    """The KV-cache argument's name: `cache` in recent transformers 5.x, `past_key_values` before."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p) -> None:

@@ -139,6 +139,38 @@ def test_packed_logprobs_equal_the_padded_forward(width):
         packed_response_logprobs(model, batch["input_ids"], batch["attention_mask"], response)
 
 
+def test_a_shared_prompt_runs_once_and_changes_no_logprob_or_gradient():
+    """response_logprobs(..., prompt_length=P) runs each distinct prompt once and lets its rows reuse its keys and
+    values: the same log-probs, entropies and parameter gradients as one forward per row. Prompts of different
+    lengths (left padding, a one-token prompt) and a shuffled subset of the rows (a minibatch that cuts groups)."""
+    model, tokenizer = load_model("tiny", device="cpu")
+    model.train()
+    for module in model.modules():  # no dropout, as in every trainer
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    rollout = sample(model, tokenizer, ["17+25=", "The acting was", "I", "12+30="], group_size=3, max_new_tokens=6,
+                     generator=torch.Generator().manual_seed(0))
+    rows = torch.randperm(12, generator=torch.Generator().manual_seed(1))[:8]  # 8 rows of 4 prompts: some repeat
+    batch = (rollout.input_ids[rows], rollout.attention_mask[rows], rollout.response_mask[rows])
+    positions = []  # how many token positions each forward pass runs
+    hook = model.transformer.wte.register_forward_hook(lambda module, args, out: positions.append(args[0].numel()))
+
+    one_pass = response_logprobs(model, *batch, temperature=0.7, return_entropy=True)
+    grads = torch.autograd.grad(one_pass[0].sum(), list(model.parameters()))
+    shared = response_logprobs(model, *batch, temperature=0.7, return_entropy=True,
+                               prompt_length=rollout.prompt_length)
+    shared_grads = torch.autograd.grad(shared[0].sum(), list(model.parameters()))
+    hook.remove()
+
+    for a, b in zip(shared, one_pass):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    for a, b in zip(shared_grads, grads):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert positions[0] == rollout.input_ids[rows].numel() and sum(positions[1:]) < positions[0]  # it did share
+    with pytest.raises(ValueError, match="prompt columns"):  # prompt_length must not cut into a response
+        response_logprobs(model, *batch, prompt_length=rollout.prompt_length + 1)
+
+
 def test_fused_gelu_keeps_the_shipped_models_outputs():
     """load_model runs GPT-2's gelu_new as one fused kernel (gelu_pytorch_tanh): the same function, so token
     log-probs of real text move by float rounding only (< 1e-5)."""
@@ -166,6 +198,20 @@ def test_sampling_logprobs_equal_the_training_forward(tiny, temperature):
     )
     torch.testing.assert_close(recomputed, rollout.logprobs, atol=1e-4, rtol=0)
     assert len(rollout.completions) == 12 and rollout.prompts[:4] == ["17+25="] * 4
+
+
+def test_a_group_shares_one_prompt_pass_in_sampling(tiny):
+    """sample(..., group_size=G) runs each prompt once and repeats its KV cache G times: the same tokens and
+    log-probs as listing every prompt G times (group_size=1, one prompt pass per row), from the same seed."""
+    model, tokenizer = tiny
+    prompts = ["17+25=", "The acting was", "I"]
+    grouped = sample(model, tokenizer, prompts, group_size=4, max_new_tokens=10,
+                     generator=torch.Generator().manual_seed(3))
+    row_by_row = sample(model, tokenizer, [p for p in prompts for _ in range(4)], group_size=1, max_new_tokens=10,
+                        generator=torch.Generator().manual_seed(3))
+    assert torch.equal(grouped.input_ids, row_by_row.input_ids)
+    assert grouped.completions == row_by_row.completions
+    torch.testing.assert_close(grouped.logprobs, row_by_row.logprobs, atol=1e-5, rtol=0)
 
 
 def test_eos_is_kept_and_everything_after_it_is_masked(tiny):

@@ -112,7 +112,8 @@ def collect(
     if ref is not None:
         with runtime.autocast():
             ref_logp = response_logprobs(
-                ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask, config.temperature
+                ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask, config.temperature,
+                prompt_length=P,  # the G rows of a group share one forward of their prompt
             )[:, P:]
     return Experience(
         rollout=rollout,
@@ -124,11 +125,12 @@ def collect(
 
 
 def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float):
-    """log p_θ and entropy on the response columns of the selected rows: two (b, N) tensors."""
+    """log p_θ and entropy on the response columns of the selected rows: two (b, N) tensors. Rows of the same
+    prompt share one forward of it (and its gradient flows back through that one pass)."""
     r = exp.rollout
     logp, entropy = response_logprobs(
         policy, r.input_ids[rows], r.attention_mask[rows], r.response_mask[rows],
-        temperature=temperature, return_entropy=True,
+        temperature=temperature, return_entropy=True, prompt_length=r.prompt_length,
     )
     return exp.response(logp), exp.response(entropy)
 
