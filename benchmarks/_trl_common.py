@@ -321,10 +321,11 @@ class PhaseTimer:
     """Where a training step's CPU time goes, by phase, without touching either library's code.
 
     Phases nest; time is charged to the innermost open phase only (exclusive), so the phases add up to the total.
-    Model forwards are classified by forward hooks: "forward, KV cache" (sampling), "forward with autograd" (the
-    policy pass that is trained) and "forward without autograd" (reference / old log-probs). Generation
-    wrappers, `Tensor.backward` and `torch.optim.AdamW.step` are wrapped for the run (`patch`) and restored after.
-    A generation phase keeps the forwards it makes.
+    Model forwards are classified by forward hooks on the model and on its base model (minirlhf's shared-prompt
+    pass calls the base model directly): "forward with autograd" (the policy pass that is trained) and "forward
+    without autograd" (reference / old log-probs). Generation wrappers, `Tensor.backward` and
+    `torch.optim.AdamW.step` are wrapped for the run (`patch`) and restored after. A generation phase keeps the
+    forwards it makes.
     """
 
     def __init__(self, warmup: int, steps: int) -> None:
@@ -386,17 +387,16 @@ class PhaseTimer:
         def pre(module, args, kwargs):
             if timer.stack and timer.stack[-1][0] == "generation":
                 timer.enter("generation")
-            elif kwargs.get("use_cache"):
-                timer.enter("forward, KV cache")
             else:
                 timer.enter("forward with autograd" if torch.is_grad_enabled() else "forward without autograd")
 
         def post(module, args, kwargs, output):
             timer.exit()
 
-        for model in models:
-            handles = [model.register_forward_pre_hook(pre, with_kwargs=True),
-                       model.register_forward_hook(post, with_kwargs=True)]
+        # a nested call (the base model inside the model) charges the same phase as its caller
+        for module in {m for model in models for m in (model, model.base_model)}:
+            handles = [module.register_forward_pre_hook(pre, with_kwargs=True),
+                       module.register_forward_hook(post, with_kwargs=True)]
             self._undo += [h.remove for h in handles]
 
     def patch_common(self) -> None:

@@ -67,7 +67,7 @@ from minirlhf.data import PreferencePair, load_preference_pairs
 from minirlhf.losses import dpo_loss
 from minirlhf.models import disable_dropout, frozen_copy, load_model
 from minirlhf.trainers.dpo import DPOConfig as MiniDPOConfig
-from minirlhf.trainers.dpo import pair_logps, train_dpo
+from minirlhf.trainers.dpo import encode_pairs, pair_logps, train_dpo
 
 MODEL = "tiny"
 DATA = "sentiment"
@@ -223,9 +223,10 @@ def check_same_model_and_batch(beta: float, max_length: int, n_pairs: int = 8, s
 
         # minirlhf: its own tokenisation (encode_preference_pairs) and log-probs, losses.dpo_loss
         policy.train()
-        chosen, rejected = pair_logps(policy, tokenizer, pairs, max_length)
+        encoded = encode_pairs(tokenizer, pairs, max_length, "cpu")
+        chosen, rejected = pair_logps(policy, encoded)
         with torch.inference_mode():
-            ref_chosen, ref_rejected = pair_logps(ref, tokenizer, pairs, max_length)
+            ref_chosen, ref_rejected = pair_logps(ref, encoded)
         losses, r_c, r_r = dpo_loss(chosen, rejected, ref_chosen.clone(), ref_rejected.clone(), beta)
         losses.mean().backward()
 

@@ -12,7 +12,9 @@ from its defaults: `bf16=False, use_cpu=True, report_to="none"`, `gradient_check
 default; minirlhf's GRPO loss, like the paper, does not), `loss_type="grpo"`, `lr_scheduler_type="constant"`.
 
 Generation differs by design: TRL calls `transformers` `generate()` (the regular, non-vLLM path on CPU), minirlhf
-its own KV-cache loop (`minirlhf.sampling.sample`). Both stop at EOS and mask everything after it.
+its own KV-cache loop (`minirlhf.sampling.sample`), which runs each prompt once and repeats its cache for the G
+completions. Both stop at EOS and mask everything after it. The same prompt sharing is minirlhf's in the reference
+and policy forwards (`response_logprobs(..., prompt_length=P)`); TRL runs every prompt G times in all three.
 
 Timing as in trl_dpo.py: step end to step end, interleaved rounds in one process, medians, wall and CPU time.
 

@@ -170,10 +170,10 @@ def test_encode_preference_pairs_puts_chosen_first_then_rejected(tiny):
 
 def test_concatenated_forward_equals_separate_forwards(tiny):
     model, tokenizer = tiny
-    from minirlhf.trainers.dpo import pair_logps
+    from minirlhf.trainers.dpo import encode_pairs, pair_logps
 
     with torch.no_grad():
-        chosen, rejected = pair_logps(model, tokenizer, PAIRS, max_length=None)
+        chosen, rejected = pair_logps(model, encode_pairs(tokenizer, PAIRS, max_length=None, device="cpu"))
         separate = []
         for completions in ([p.chosen for p in PAIRS], [p.rejected for p in PAIRS]):
             batch = encode_prompt_completion(tokenizer, [p.prompt for p in PAIRS], completions)

@@ -83,24 +83,30 @@ class DPOConfig(TrainConfig):
             require_positive(self, "max_length")
 
 
-def pair_logps(model, tokenizer, pairs: list[PreferencePair], max_length: int | None) -> tuple[torch.Tensor, ...]:
-    """log p(y_w|x) and log p(y_l|x), each (B,), from ONE forward over the 2B sequences [chosen; rejected].
+def encode_pairs(tokenizer, pairs: list[PreferencePair], max_length: int | None, device) -> dict[str, torch.Tensor]:
+    """The 2B sequences [chosen; rejected] of B pairs as one batch on `device` (`data.encode_preference_pairs`):
+    encoded once per step, read by both p_θ and p_ref."""
+    return {k: v.to(device) for k, v in encode_preference_pairs(tokenizer, pairs, max_length).items()}
+
+
+def pair_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """log p(y_w|x) and log p(y_l|x), each (B,), from ONE forward over the 2B sequences of `encode_pairs`.
 
     The forward runs on the 2B sequences packed into rows without padding (`packed_response_logprobs`): the same
     log-probs as the padded batch, on ~45 % fewer positions."""
-    device = next(model.parameters()).device
-    batch = {k: v.to(device) for k, v in encode_preference_pairs(tokenizer, pairs, max_length).items()}
     logp = packed_response_logprobs(model, **batch)  # (2B, T) log p(y_t | x, y_<t) on completion tokens (EOS incl.)
     seq = sequence_logprobs(logp, batch["response_mask"])  # (2B,) Σ_t
-    return seq[: len(pairs)], seq[len(pairs) :]
+    B = len(seq) // 2
+    return seq[:B], seq[B:]
 
 
 @torch.inference_mode()
 def reference_logps(ref, tokenizer, pairs: list[PreferencePair], max_length: int | None, batch_size: int = 256):
     """log p_ref(y_w|x), log p_ref(y_l|x) for every pair, (N,) each: the precomputed reference."""
+    device = next(ref.parameters()).device
     chosen, rejected = [], []
     for i in range(0, len(pairs), batch_size):
-        c, r = pair_logps(ref, tokenizer, pairs[i : i + batch_size], max_length)
+        c, r = pair_logps(ref, encode_pairs(tokenizer, pairs[i : i + batch_size], max_length, device))
         chosen.append(c)
         rejected.append(r)
     return torch.cat(chosen), torch.cat(rejected)
@@ -190,6 +196,7 @@ def train_dpo(
     start, logged, loop_state = checkpointer.resume()  # step 0, no rows and no state, unless config.resume
     history = make_history(config, callbacks, logged)
     order: list[int] = loop_state.get("order", [])  # pairs of this epoch not yet used
+    device = next(model.parameters()).device
     model.train()
     for step in progress(range(start, steps), config.progress, "dpo"):
         metrics = evaluate() if step % config.eval_every == 0 else {}
@@ -197,16 +204,17 @@ def train_dpo(
         rows = [order.pop() for _ in range(min(config.batch_size, len(order)))]
         rows = runtime.shard(rows)  # this process's share of the global batch (all of it on one process)
         batch = [train_pairs[i] for i in rows]
+        encoded = encode_pairs(tokenizer, batch, max_length, device)  # (2B, T) tensors: [chosen; rejected]
 
         with runtime.autocast():
             # 1. log p_θ(y_w|x), log p_θ(y_l|x): one forward over [chosen; rejected]          (B,), (B,)
-            chosen, rejected = pair_logps(train_model, tokenizer, batch, max_length)
+            chosen, rejected = pair_logps(train_model, encoded)
             # 2. log p_ref of the same sequences: looked up, or one forward of the frozen copy without autograd
             if config.precompute_ref:
                 ref_chosen, ref_rejected = ref_chosen_all[rows], ref_rejected_all[rows]
             else:
                 with torch.inference_mode():
-                    ref_chosen, ref_rejected = pair_logps(ref, tokenizer, batch, max_length)
+                    ref_chosen, ref_rejected = pair_logps(ref, encoded)
         # 3. -log σ(β [log p_θ/p_ref (y_w) - log p_θ/p_ref (y_l)])  (or IPO / hinge)
         losses, r_chosen, r_rejected = dpo_loss(
             chosen, rejected, ref_chosen.clone(), ref_rejected.clone(),
