@@ -123,20 +123,24 @@ def _shared_prompt_forward(
     C = prompt_length - 1
     prompt = torch.cat([input_ids[:, :C], attention_mask[:, :C]], dim=1)  # (B, 2C) a prompt is its ids and mask
     distinct, prompt_of_row = torch.unique(prompt, dim=0, return_inverse=True)  # (n, 2C), (B,)
-    if len(distinct) == len(input_ids):  # nothing shared: one pass is cheaper than two
+    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
+    # nothing shared (one pass is cheaper than two), or gradient checkpointing, under which transformers keeps
+    # no KV cache in training mode
+    if len(distinct) == len(input_ids) or (getattr(body, "gradient_checkpointing", False) and body.training):
         return _response_forward(
             model, input_ids, response_mask, temperature, return_entropy,
             attention_mask=attention_mask, position_ids=position_ids,
         )
     # 1. the n distinct prompts, without the LM head: their keys/values at every layer
     keyword = cache_keyword(model)
-    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
     distinct_ids, distinct_mask = distinct[:, :C], distinct[:, C:]  # (n, C) each
     out = body(
         input_ids=distinct_ids, attention_mask=distinct_mask, position_ids=position_ids_from_mask(distinct_mask),
         use_cache=True,
     )
     cache = getattr(out, keyword)
+    if cache is None or cache.get_seq_length() != C:
+        raise RuntimeError(f"{type(body).__name__} returned no KV cache of the {C} prompt columns to share")
     cache.reorder_cache(prompt_of_row)  # every row gets its prompt's keys/values (n -> B; index_select)
     # 2. every row's last prompt token and response, attending to its prompt through the cache
     results = _response_forward(

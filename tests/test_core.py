@@ -16,6 +16,7 @@ from minirlhf.logprobs import (
     sequence_logprobs,
 )
 from minirlhf.models import SHIPPED, load_model, load_tokenizer, resolve_device
+from minirlhf.precision import enable_gradient_checkpointing
 from minirlhf.sampling import sample
 
 
@@ -167,6 +168,9 @@ def test_a_shared_prompt_runs_once_and_changes_no_logprob_or_gradient():
     for a, b in zip(shared_grads, grads):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
     assert positions[0] == rollout.input_ids[rows].numel() and sum(positions[1:]) < positions[0]  # it did share
+    enable_gradient_checkpointing(model)  # under which transformers keeps no KV cache in training mode:
+    checkpointed = response_logprobs(model, *batch, temperature=0.7, prompt_length=rollout.prompt_length)  # unshared
+    torch.testing.assert_close(checkpointed, one_pass[0], atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="prompt columns"):  # prompt_length must not cut into a response
         response_logprobs(model, *batch, prompt_length=rollout.prompt_length + 1)
 
