@@ -161,3 +161,25 @@ def test_packed_and_response_only_forward_match_the_padded_one_on_cuda():
         full = logprobs_on_response(logits, batch["input_ids"], batch["response_mask"])
         torch.testing.assert_close(response_logprobs(model, **batch), full, atol=1e-4, rtol=0)
         torch.testing.assert_close(packed_response_logprobs(model, **batch), full, atol=1e-4, rtol=0)
+
+
+@cuda
+def test_a_shared_prompt_pass_matches_one_pass_per_row_on_cuda():
+    """The sampler's and `response_logprobs(prompt_length=P)`'s shared prompt pass index the KV cache by row
+    (`DynamicCache.reorder_cache`) and read it with the CUDA attention kernels: the same log-probs and gradients as
+    one forward per row."""
+    from minirlhf.logprobs import response_logprobs
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny", device="cuda")
+    rollout = sample(model, tokenizer, ["17+25=", "The acting was", "I"], group_size=4, max_new_tokens=6,
+                     generator=torch.Generator().manual_seed(0))
+    batch = (rollout.input_ids, rollout.attention_mask, rollout.response_mask)
+    one_pass = response_logprobs(model, *batch)
+    shared = response_logprobs(model, *batch, prompt_length=rollout.prompt_length)
+    torch.testing.assert_close(shared, one_pass, atol=1e-4, rtol=0)
+    torch.testing.assert_close(shared, rollout.logprobs, atol=1e-4, rtol=0)
+    grads = torch.autograd.grad(one_pass.sum(), list(model.parameters()))
+    shared_grads = torch.autograd.grad(shared.sum(), list(model.parameters()))
+    for a, b in zip(shared_grads, grads):
+        torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
