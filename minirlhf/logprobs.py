@@ -96,21 +96,35 @@ def response_logprobs(
     if prompt_length > 1:
         if bool(response_mask[:, :prompt_length].bool().any()):
             raise ValueError(f"response_mask marks tokens in the prompt columns [0, {prompt_length})")
-        return _shared_prompt_forward(
-            model, input_ids, attention_mask, position_ids, response_mask, prompt_length, temperature, return_entropy
-        )
+        C = prompt_length - 1  # the prompt's last token goes with the response: its logits predict y_1
+        prompt = torch.cat([input_ids[:, :C], attention_mask[:, :C]], dim=1)  # (B, 2C) a prompt: its ids and mask
+        distinct, prompt_of_row = torch.unique(prompt, dim=0, return_inverse=True)  # (n, 2C), (B,)
+        # share when some prompt repeats (else one pass is cheaper than two) and the model keeps a KV cache
+        if len(distinct) < len(input_ids) and _keeps_cache(model):
+            return _shared_prompt_forward(
+                model, input_ids, attention_mask, position_ids, response_mask, distinct, prompt_of_row,
+                temperature, return_entropy,
+            )
     return _response_forward(
         model, input_ids, response_mask, temperature, return_entropy,
         attention_mask=attention_mask, position_ids=position_ids,
     )
 
 
+def _keeps_cache(model: nn.Module) -> bool:
+    """False under gradient checkpointing in training mode, where transformers keeps no KV cache."""
+    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
+    return not (getattr(body, "gradient_checkpointing", False) and body.training)
+
+
 def _shared_prompt_forward(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-    response_mask: torch.Tensor, prompt_length: int, temperature: float, return_entropy: bool,
+    response_mask: torch.Tensor, distinct: torch.Tensor, prompt_of_row: torch.Tensor, temperature: float,
+    return_entropy: bool,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """`response_logprobs` for a batch in which rows repeat prompts (G completions of each): every distinct prompt
-    runs through the model once, and its keys/values are reused by all its rows.
+    runs through the model once, and its keys/values are reused by all its rows. `distinct` (n, 2C): the distinct
+    prompt columns [0, C) as ids then mask; `prompt_of_row` (B,): each row's prompt among them.
 
         columns   [0, C)                      [C, T)            C = P - 1: the prompt's last token goes with the
         pass 1    n distinct prompts -> KV    .                 response, since its logits predict y_1
@@ -120,19 +134,10 @@ def _shared_prompt_forward(
     prompt's one pass: log-probs and gradients equal the unshared forward's up to float rounding (tested). For
     GRPO's 16 prompts x 8 rows of ~5 + 4 tokens, ~850 positions run instead of ~1400.
     """
-    C = prompt_length - 1
-    prompt = torch.cat([input_ids[:, :C], attention_mask[:, :C]], dim=1)  # (B, 2C) a prompt is its ids and mask
-    distinct, prompt_of_row = torch.unique(prompt, dim=0, return_inverse=True)  # (n, 2C), (B,)
-    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
-    # nothing shared (one pass is cheaper than two), or gradient checkpointing, under which transformers keeps
-    # no KV cache in training mode
-    if len(distinct) == len(input_ids) or (getattr(body, "gradient_checkpointing", False) and body.training):
-        return _response_forward(
-            model, input_ids, response_mask, temperature, return_entropy,
-            attention_mask=attention_mask, position_ids=position_ids,
-        )
+    C = distinct.shape[1] // 2
     # 1. the n distinct prompts, without the LM head: their keys/values at every layer
     keyword = cache_keyword(model)
+    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
     distinct_ids, distinct_mask = distinct[:, :C], distinct[:, C:]  # (n, C) each
     out = body(
         input_ids=distinct_ids, attention_mask=distinct_mask, position_ids=position_ids_from_mask(distinct_mask),
