@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _bench import machine_info
 
 TOLERANCE = 1e-5  # cross-checks: |minirlhf - TRL| must stay below this where the two define the same quantity
 
@@ -446,6 +447,25 @@ def add_run_arguments(parser: argparse.ArgumentParser, results: Path, profile_he
                         help=f"results JSON (default results/{results.name}; with --check-only: none unless given)")
 
 
+def parse_run_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> tuple[argparse.Namespace, int]:
+    """Parse the flags, shrink a --quick run to 1 round of 4 steps, silence the libraries' logs and set the thread
+    count: (args, threads)."""
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.steps, args.warmup = 1, 4, 1
+    quiet()
+    return args, set_threads(args.threads)
+
+
+def report_checks(method: str, checks: list[dict], args: argparse.Namespace) -> bool:
+    """Print the cross-check table (with --check-only also write it to --out, when given); True if a check failed."""
+    print(f"\n### {method} cross-check: minirlhf vs TRL\n")
+    print(check_table(checks))
+    if args.check_only and args.out is not None:
+        write_json(args.out, {"versions": versions(), "cross_check": checks})
+    return bool(failed_checks(checks))
+
+
 def interleaved_rounds(rounds: int, runs: dict[str, Callable[[int], dict[str, list]]], timed_steps: int,
                        describe: Callable[[dict], str] = lambda out: "") -> dict[str, Any]:
     """Run every library once per round, in turn, on a machine shared with other jobs: the rounds spread any
@@ -482,6 +502,24 @@ def speed_summary(results: dict[str, dict], rounds: dict[str, Any]) -> dict[str,
         "ratio_cpu": results["trl"]["step_s_cpu"] / results["minirlhf"]["step_s_cpu"],
         "ratio_wall_per_round": rounds["ratios"],
     }
+
+
+def speed_line(bench: dict[str, Any]) -> str:
+    """The headline: minirlhf's speed relative to TRL, overall and per round."""
+    per_round = ", ".join(f"{r:.2f}" for r in bench["ratio_wall_per_round"])
+    return (f"\nminirlhf / TRL speed: {bench['ratio_wall']:.2f}x (wall), {bench['ratio_cpu']:.2f}x (CPU time); "
+            f"per round (wall): {per_round}")
+
+
+def write_results(path: Path, threads: int, settings: dict, checks: list[dict], bench: dict[str, Any]) -> None:
+    """Everything a run measured, with the machine and versions, as JSON."""
+    write_json(path, {
+        "machine": machine_info() | {"torch_threads": threads},
+        "versions": versions(),
+        "settings": settings,
+        "cross_check": checks,
+        "benchmark": bench,
+    })
 
 
 def write_json(path: Path, payload: dict) -> None:

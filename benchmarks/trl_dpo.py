@@ -36,7 +36,7 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _bench import fmt, machine_info, markdown_table
+from _bench import fmt, markdown_table
 from _trl_common import (
     FixedLogProbModel,
     ForwardLog,
@@ -44,23 +44,21 @@ from _trl_common import (
     StepClock,
     add_run_arguments,
     check_row,
-    check_table,
-    failed_checks,
     grad_diff,
     interleaved_rounds,
     matmul_params,
     max_abs_diff,
     median,
     minirlhf_callback,
+    parse_run_args,
     phase_table,
-    quiet,
-    set_threads,
+    report_checks,
+    speed_line,
     speed_summary,
     step_flops,
     summarize_steps,
     trl_callback,
-    versions,
-    write_json,
+    write_results,
 )
 
 from minirlhf.data import PreferencePair, load_preference_pairs
@@ -453,19 +451,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=64)
     parser.add_argument("--trl-default-checkpointing", action="store_true",
                         help="also time TRL with gradient_checkpointing=True (its default)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.steps, args.warmup = 1, 4, 1
-    quiet()
-    threads = set_threads(args.threads)
+    args, threads = parse_run_args(parser, argv)
 
     checks = cross_check(args.beta, args.max_length)
-    print("\n### DPO cross-check: minirlhf vs TRL\n")
-    print(check_table(checks))
-    bad = failed_checks(checks)
+    bad = report_checks("DPO", checks, args)
     if args.check_only:
-        if args.out is not None:
-            write_json(args.out, {"versions": versions(), "cross_check": checks})
         return 1 if bad else 0
 
     if args.profile:
@@ -481,18 +471,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n### DPO step throughput ({args.batch_size} pairs/step, {args.rounds} interleaved rounds x "
           f"{args.steps - args.warmup} timed steps, medians)\n")
     print(throughput_table(bench, threads))
-    print(f"\nminirlhf / TRL speed: {bench['ratio_wall']:.2f}x (wall), {bench['ratio_cpu']:.2f}x (CPU time); "
-          f"per round (wall): {', '.join(f'{r:.2f}' for r in bench['ratio_wall_per_round'])}")
+    print(speed_line(bench))
     print("\n### DPO step FLOP rate vs this machine's torch.mm rate\n")
     print(flops_table(bench, threads))
-    result = {
-        "machine": machine_info() | {"torch_threads": threads},
-        "versions": versions(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"} | {"model": MODEL, "data": DATA},
-        "cross_check": checks,
-        "benchmark": bench,
-    }
-    write_json(args.out or RESULTS, result)
+    settings = {k: v for k, v in vars(args).items() if k != "out"} | {"model": MODEL, "data": DATA}
+    write_results(args.out or RESULTS, threads, settings, checks, bench)
     return 1 if bad else 0
 
 

@@ -47,28 +47,26 @@ import tempfile
 from pathlib import Path
 
 import torch
-from _bench import fmt, machine_info, markdown_table
+from _bench import fmt, markdown_table
 from _trl_common import (
     FixedLogProbModel,
     PhaseTimer,
     StepClock,
     add_run_arguments,
     check_row,
-    check_table,
-    failed_checks,
     grad_diff,
     interleaved_rounds,
     max_abs_diff,
     median,
     minirlhf_callback,
+    parse_run_args,
     phase_table,
-    quiet,
-    set_threads,
+    report_checks,
+    speed_line,
     speed_summary,
     summarize_steps,
     trl_callback,
-    versions,
-    write_json,
+    write_results,
 )
 
 from minirlhf.logprobs import response_logprobs
@@ -427,20 +425,12 @@ def main(argv: list[str] | None = None) -> int:
     add_run_arguments(parser, RESULTS, "instead of the throughput rounds: where a step's CPU time goes, by phase")
     parser.add_argument("--prompts-per-step", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=8)
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.steps, args.warmup = 1, 4, 1
-    quiet()
-    threads = set_threads(args.threads)
+    args, threads = parse_run_args(parser, argv)
     s = Settings(prompts_per_step=args.prompts_per_step, group_size=args.group_size)
 
     checks = cross_check()
-    print("\n### GRPO cross-check: minirlhf vs TRL\n")
-    print(check_table(checks))
-    bad = failed_checks(checks)
+    bad = report_checks("GRPO", checks, args)
     if args.check_only:
-        if args.out is not None:
-            write_json(args.out, {"versions": versions(), "cross_check": checks})
         return 1 if bad else 0
 
     if args.profile:
@@ -453,16 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n### GRPO step throughput ({s.prompts_per_step} prompts x G={s.group_size} = {s.batch_size} "
           f"completions/step, {args.rounds} interleaved rounds x {args.steps - args.warmup} timed steps, medians)\n")
     print(throughput_table(bench, threads))
-    print(f"\nminirlhf / TRL speed: {bench['ratio_wall']:.2f}x (wall), {bench['ratio_cpu']:.2f}x (CPU time); "
-          f"per round (wall): {', '.join(f'{r:.2f}' for r in bench['ratio_wall_per_round'])}")
-    result = {
-        "machine": machine_info() | {"torch_threads": threads},
-        "versions": versions(),
-        "settings": {k: v for k, v in vars(args).items() if k != "out"} | dataclasses.asdict(s) | {"model": MODEL},
-        "cross_check": checks,
-        "benchmark": bench,
-    }
-    write_json(args.out or RESULTS, result)
+    print(speed_line(bench))
+    settings = {k: v for k, v in vars(args).items() if k != "out"} | dataclasses.asdict(s) | {"model": MODEL}
+    write_results(args.out or RESULTS, threads, settings, checks, bench)
     return 1 if bad else 0
 
 
