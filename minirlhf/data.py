@@ -328,3 +328,30 @@ def _rows_from_datasets(source: str, split: str, local: bool) -> list[dict]:
             f"'rejected' fields, or the shipped data: {sorted(PREFERENCE_DATASETS)}"
         )
     return list(datasets.load_dataset(source, split=split))
+
+
+# ----------------------------------------------------------------------------- unpaired examples (KTO)
+
+
+@dataclass(frozen=True)
+class UnpairedExample:
+    """One completion of a prompt with a thumbs-up or thumbs-down label: the data KTO learns from."""
+
+    prompt: str
+    completion: str
+    desirable: bool
+
+
+def unpaired_examples(pairs: list[PreferencePair]) -> list[UnpairedExample]:
+    """Split each pair (x, y_w, y_l) into two unpaired examples, (x, y_w) desirable and (x, y_l) undesirable,
+    in the order [y_w of pair 0, y_l of pair 0, y_w of pair 1, ...]: as many desirable as undesirable examples.
+
+    The two examples of a pair share their prompt, so a KL estimate from mismatched pairs (KTO's z_ref) must not
+    pair one with the other's completion: that completion was written for the same prompt."""
+    if len(pairs) == 0:
+        raise ValueError("no preference pairs to split into unpaired examples")
+    examples = []
+    for pair in pairs:
+        examples.append(UnpairedExample(pair.prompt, pair.chosen, desirable=True))
+        examples.append(UnpairedExample(pair.prompt, pair.rejected, desirable=False))
+    return examples

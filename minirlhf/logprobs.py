@@ -280,3 +280,8 @@ def _scatter_logprobs(
 def sequence_logprobs(logp: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
     """log p_θ(y | x) = Σ_t log p_θ(y_t | x, y_<t) over the response: (B, T) -> (B,)."""
     return (logp * response_mask).sum(-1)
+
+
+def response_lengths(response_mask: torch.Tensor) -> torch.Tensor:
+    """|y| = the number of response tokens in each row: (B, T) -> (B,), the divisor of an average log-prob."""
+    return response_mask.sum(-1)

@@ -34,6 +34,8 @@ Sign conventions
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -453,3 +455,145 @@ def pair_accuracy(chosen_scores: Tensor, rejected_scores: Tensor) -> float:
     ties = (chosen_scores == rejected_scores).float()
     return (right + 0.5 * ties).mean().item()
 
+
+
+# ----------------------------------------------------------------------------- the rest of the zoo: SimPO, ORPO, KTO
+#
+# SimPO and ORPO need no reference model; KTO needs one but learns from unpaired examples. SimPO and ORPO
+# normalise by length: |y| is the number of scored response tokens of y (its EOS included), so
+# (1/|y|) log p_θ(y|x) is the average token log-prob. Sequence log-probs are sums, as for `dpo_loss`.
+
+
+def _check_lengths(**lengths: Tensor) -> None:
+    """Every token count |y| must be at least 1: an average over an empty response is 0/0."""
+    for name, count in lengths.items():
+        if not (count >= 1).all():
+            raise ValueError(f"{name} must be >= 1 token for every sequence, got {count.min().item()}")
+
+
+def simpo_loss(
+    policy_chosen_logps: Tensor,
+    policy_rejected_logps: Tensor,
+    chosen_lengths: Tensor,
+    rejected_lengths: Tensor,
+    beta: float,
+    gamma: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """SimPO (Meng et al., 2024): DPO's Bradley-Terry loss with a reference-free, length-normalised reward.
+
+        r(x, y) = (β / |y|) log p_θ(y|x)                  the average token log-prob, scaled by β
+        L = -log σ( r(x, y_w) - r(x, y_l) - γ )           γ ≥ 0: the target reward margin
+
+    Without p_ref nothing ties p_θ to its start but the data; averaging instead of summing stops a long y_w from
+    winning by length alone. Arguments are (B,) summed log-probs and token counts |y_w|, |y_l|. Returns per-pair
+    losses (B,) and the rewards r(x, y_w), r(x, y_l), both (B,) and detached. TRL's CPOTrainer with
+    loss_type="simpo" and cpo_alpha=0 writes the same loss as -log σ(β (Δ - γ/β)), Δ the difference of averages.
+    """
+    _check_same_shape(
+        policy_chosen_logps=policy_chosen_logps,
+        policy_rejected_logps=policy_rejected_logps,
+        chosen_lengths=chosen_lengths,
+        rejected_lengths=rejected_lengths,
+    )
+    _check_positive("beta", beta)
+    _check_positive("gamma", gamma, allow_zero=True)
+    _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
+    chosen_rewards = beta * policy_chosen_logps / chosen_lengths  # (B,) r(x, y_w)
+    rejected_rewards = beta * policy_rejected_logps / rejected_lengths  # (B,) r(x, y_l)
+    losses = -F.logsigmoid(chosen_rewards - rejected_rewards - gamma)
+    return losses, chosen_rewards.detach(), rejected_rewards.detach()
+
+
+def _log_odds(avg_logp: Tensor) -> Tensor:
+    """log odds = log P - log(1 - P) from log P < 0, with log(1 - P) = log(-expm1(log P)) or log1p(-P),
+    whichever keeps its precision (the first for P > 1/2, the second below). The second branch reads log P
+    clamped to log 1/2, so that the branch torch.where discards cannot put inf (or NaN) into the gradient."""
+    near_one = avg_logp > -math.log(2)
+    far_from_one = torch.log1p(-torch.exp(avg_logp.clamp(max=-math.log(2))))
+    log_one_minus = torch.where(near_one, torch.log(-torch.expm1(avg_logp)), far_from_one)  # log(1 - P)
+    return avg_logp - log_one_minus
+
+
+def orpo_loss(
+    policy_chosen_logps: Tensor,
+    policy_rejected_logps: Tensor,
+    chosen_lengths: Tensor,
+    rejected_lengths: Tensor,
+    lam: float,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """ORPO (Hong et al., 2024): supervised fine-tuning on y_w plus an odds-ratio penalty on y_l, no p_ref.
+
+        P_θ(y|x) = exp( (1/|y|) log p_θ(y|x) )            the per-token geometric-mean likelihood
+        odds_θ(y|x) = P_θ(y|x) / (1 - P_θ(y|x))
+        L_SFT = -(1/|y_w|) log p_θ(y_w|x)                  the NLL of the chosen answer, per token
+        L_OR = -log σ( log odds_θ(y_w|x) - log odds_θ(y_l|x) )
+        L = L_SFT + λ · L_OR
+
+    Arguments are (B,) summed log-probs and token counts |y_w|, |y_l|; every average log-prob must be < 0 (a
+    completion of probability 1 has infinite odds). Returns per-pair losses (B,) and the log odds of y_w and y_l,
+    both (B,) and detached: their difference is the log odds ratio that L_OR pushes up.
+    TRL's ORPOTrainer (λ is its `beta`) differs in two places: its L_SFT is the cross-entropy averaged over every
+    token of the batch's chosen sequences, prompt tokens included, and it logs λ (1/|y|) log p_θ(y|x) as rewards.
+    """
+    _check_same_shape(
+        policy_chosen_logps=policy_chosen_logps,
+        policy_rejected_logps=policy_rejected_logps,
+        chosen_lengths=chosen_lengths,
+        rejected_lengths=rejected_lengths,
+    )
+    _check_positive("lam", lam, allow_zero=True)
+    _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
+    chosen_avg = policy_chosen_logps / chosen_lengths  # (B,) log P_θ(y_w|x)
+    rejected_avg = policy_rejected_logps / rejected_lengths  # (B,) log P_θ(y_l|x)
+    if not ((chosen_avg < 0).all() and (rejected_avg < 0).all()):
+        raise ValueError("average log-probs must be < 0: a completion of probability 1 has infinite odds")
+    chosen_log_odds, rejected_log_odds = _log_odds(chosen_avg), _log_odds(rejected_avg)
+    sft = -chosen_avg  # L_SFT
+    odds_ratio = -F.logsigmoid(chosen_log_odds - rejected_log_odds)  # L_OR
+    return sft + lam * odds_ratio, chosen_log_odds.detach(), rejected_log_odds.detach()
+
+
+def kto_loss(
+    policy_logps: Tensor,
+    ref_logps: Tensor,
+    desirable: Tensor,
+    policy_kl_logps: Tensor,
+    ref_kl_logps: Tensor,
+    beta: float,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """KTO (Ethayarajh et al., 2024): unpaired examples, each labelled desirable or undesirable, valued like
+    prospect theory values a gain or a loss against a reference point z_ref.
+
+        r_θ(x, y) = log p_θ(y|x) - log p_ref(y|x)
+        z_ref = max(0, mean_j [ log p_θ(y'_j|x_j) - log p_ref(y'_j|x_j) ])     detached
+        v(x, y) = λ_D σ( β (r_θ(x, y) - z_ref) )    y desirable
+                  λ_U σ( β (z_ref - r_θ(x, y)) )    y undesirable
+        L = λ_y - v(x, y)                           per example; λ_y = λ_D or λ_U
+
+    z_ref estimates KL(p_θ || p_ref) from M mismatched pairs (x_j, y'_j): each y'_j is a completion written for
+    another prompt, so it is not the example being scored. No gradient flows through z_ref: it only sets the
+    level a desirable answer must beat (and an undesirable one must fall below). λ_D, λ_U rebalance classes of
+    unequal size. Arguments: (B,) sequence log-probs and a (B,) bool `desirable`; (M,) log-probs of the
+    mismatched pairs. Returns per-example losses (B,), the implicit rewards β r_θ (B,) and z_ref (a 0-d tensor),
+    both detached. TRL's KTOTrainer computes the same losses (desirable ones first, then the undesirable ones).
+    """
+    _check_same_shape(policy_logps=policy_logps, ref_logps=ref_logps, desirable=desirable)
+    _check_same_shape(policy_kl_logps=policy_kl_logps, ref_kl_logps=ref_kl_logps)
+    if desirable.dtype != torch.bool:
+        raise ValueError(f"desirable must be a bool tensor, got {desirable.dtype}")
+    if policy_kl_logps.dim() != 1 or policy_kl_logps.numel() == 0:
+        raise ValueError(f"policy_kl_logps must be (M,) with M >= 1, got shape {tuple(policy_kl_logps.shape)}")
+    _check_positive("beta", beta)
+    _check_positive("desirable_weight", desirable_weight)
+    _check_positive("undesirable_weight", undesirable_weight)
+    logratio = policy_logps - ref_logps  # (B,) r_θ(x, y)
+    z_ref = (policy_kl_logps - ref_kl_logps).mean().clamp_min(0).detach()  # () z_ref
+    value = torch.where(
+        desirable,
+        desirable_weight * torch.sigmoid(beta * (logratio - z_ref)),
+        undesirable_weight * torch.sigmoid(beta * (z_ref - logratio)),
+    )  # (B,) v(x, y)
+    weight = torch.where(desirable, desirable_weight, undesirable_weight).to(value)  # (B,) λ_y
+    return weight - value, beta * logratio.detach(), z_ref
