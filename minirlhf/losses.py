@@ -575,9 +575,10 @@ def kto_loss(
     z_ref estimates KL(p_θ || p_ref) from M mismatched pairs (x_j, y'_j): each y'_j is a completion written for
     another prompt, so it is not the example being scored. No gradient flows through z_ref: it only sets the
     level a desirable answer must beat (and an undesirable one must fall below). λ_D, λ_U rebalance classes of
-    unequal size. Arguments: (B,) sequence log-probs and a (B,) bool `desirable`; (M,) log-probs of the
-    mismatched pairs. Returns per-example losses (B,), the implicit rewards β r_θ (B,) and z_ref (a 0-d tensor),
-    both detached. TRL's KTOTrainer computes the same losses (desirable ones first, then the undesirable ones).
+    unequal size (the paper suggests λ_D n_D / (λ_U n_U) in [1, 4/3], n_D and n_U the example counts).
+    Arguments: (B,) sequence log-probs and a (B,) bool `desirable`; (M,) log-probs of the mismatched pairs.
+    Returns per-example losses (B,), the implicit rewards β r_θ (B,) and z_ref (a 0-d tensor), all detached but
+    the losses. TRL's KTOTrainer computes the same losses (desirable ones first, then the undesirable ones).
     """
     _check_same_shape(policy_logps=policy_logps, ref_logps=ref_logps, desirable=desirable)
     _check_same_shape(policy_kl_logps=policy_kl_logps, ref_kl_logps=ref_kl_logps)
