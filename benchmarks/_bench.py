@@ -91,20 +91,20 @@ def model_census(exclude: Sequence[Any] = ()) -> list[dict]:
     method does not need. (The library's "trained" flag is left out: the role already says it, and the JSON
     files keep their fields.)
     """
-    from minirlhf import memory  # imported here: the parent process never needs torch
+    from minirlhf.course import memory  # imported here: the parent process never needs torch
 
     return [{key: m[key] for key in ("role", "class", "params", "bytes")} for m in memory.model_census(exclude=exclude)]
 
 
 def census_summary(census: list[dict]) -> str:
     """'2 (policy, reference)' and so on."""
-    from minirlhf import memory
+    from minirlhf.course import memory
 
     return memory.census_summary(census)
 
 
 def census_mb(census: list[dict]) -> float:
-    from minirlhf import memory
+    from minirlhf.course import memory
 
     return memory.census_mb(census)
 

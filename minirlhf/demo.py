@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from minirlhf import viz
+from minirlhf.course import viz
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo

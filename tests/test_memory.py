@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from minirlhf import memory
+from minirlhf.course import memory
 from minirlhf.models import ValueHead, frozen_copy, load_model
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo

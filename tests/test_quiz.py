@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from minirlhf import losses, quiz
+from minirlhf import losses
+from minirlhf.course import quiz
 
 
 def test_lecture_quizzes_present():

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from minirlhf import losses, toy
+from minirlhf import losses
+from minirlhf.course import toy
 
 LABELS, P_REF, REWARDS = toy.toy_bandit()
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from minirlhf import losses, toy, viz, widgets
+from minirlhf import losses
+from minirlhf.course import toy, viz, widgets
 
 matplotlib.use("Agg")
 

@@ -2,7 +2,7 @@
 
 Two ways to answer, so every notebook works with or without widgets:
 
-    from minirlhf import quiz
+    from minirlhf.course import quiz
     quiz.ask("dpo-collapse")            # RadioButtons + Check button + feedback (Jupyter / Colab)
     quiz.check("dpo-collapse", "d")     # plain code: prints right/wrong and why, returns a bool
     quiz.check_number("ppo-objective", 1.2, r=1.5, advantage=1.0, eps=0.2)
@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import ipywidgets as W
 
-from minirlhf import losses, toy
+from minirlhf import losses
+from minirlhf.course import toy
 
 TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown")
 

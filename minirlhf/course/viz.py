@@ -16,7 +16,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from minirlhf import losses, toy
+from minirlhf import losses
+from minirlhf.course import toy
 
 WIDTH = 9.0  # inches: every figure has this width
 HEIGHT = 3.6  # inches per row of panels
