@@ -112,5 +112,6 @@ def test_the_core_imports_and_trains_without_matplotlib_and_ipywidgets(tmp_path)
     cli = ["grpo", "--steps", "2", "--prompts-per-step", "2", "--eval-every", "1000", "--progress", "false"]
     done = run_without_course_libraries(modules, cli, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert '"step": 2' in done.stdout  # the final metrics row: both steps ran
     blocked = run_without_course_libraries(["minirlhf.course.viz"], ["--help"], tmp_path)
     assert blocked.returncode != 0 and "No module named 'matplotlib" in blocked.stderr  # the blocker blocks
