@@ -84,7 +84,7 @@ def worker_main(job_file: str, result_file: str, run_job: Callable[[dict], dict]
 
 
 def model_census(exclude: Sequence[Any] = ()) -> list[dict]:
-    """The models alive in this process right now (`minirlhf.memory.model_census`, found by the garbage
+    """The models alive in this process right now (`minirlhf.course.memory.model_census`, found by the garbage
     collector): one dict per top-level `nn.Module` that owns parameters, with its role ("policy", "reference",
     "value head", "reward model"), class, parameter count and bytes. Parameters shared between models are
     counted once. `exclude`: modules the benchmark itself holds (e.g. an evaluation-only copy of p_ref) that the

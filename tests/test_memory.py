@@ -1,4 +1,4 @@
-"""minirlhf.memory: the census finds exactly the models a trainer builds (policy, reference iff β > 0, PPO's
+"""minirlhf.course.memory: the census finds exactly the models a trainer builds (policy, reference iff β > 0, PPO's
 value head, a reward model when the reward is learned), with the right bytes and trained flags."""
 
 from __future__ import annotations

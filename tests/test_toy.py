@@ -1,4 +1,4 @@
-"""Tests for minirlhf.toy: every derivation step of the lecture, checked with exact sums and sampling."""
+"""Tests for minirlhf.course.toy: every derivation step of the lecture, checked with exact sums and sampling."""
 
 from __future__ import annotations
 

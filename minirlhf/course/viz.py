@@ -2,7 +2,7 @@
 
 Every function returns a closed `matplotlib.figure.Figure`: Jupyter shows a returned figure once, nothing
 stays open in pyplot, and the same code runs headless (Agg) in tests. The curves are never re-derived
-here: they come from `minirlhf.losses` and `minirlhf.toy`, so a plot shows what the library computes.
+here: they come from `minirlhf.losses` and `minirlhf.course.toy`, so a plot shows what the library computes.
 """
 
 from __future__ import annotations
@@ -301,7 +301,6 @@ def plot_demo(out_dir: str | Path = "outputs/demo") -> list[Path]:
     }
     for name, fig in figures.items():
         fig.savefig(out / name)
-        plt.close(fig)
     return [out / name for name in figures]
 
 
