@@ -263,6 +263,8 @@ def test_live_history_plot_prints_without_notebook(capsys):
 
 
 def test_plot_demo_draws_the_demo_figures_from_its_metrics(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no grpo/metrics.jsonl in .*: run `python -m minirlhf demo"):
+        viz.plot_demo(tmp_path)
     runs = {"grpo": [{"step": 0, "eval/accuracy": 0.5}, {"step": 1, "reward": 0.4, "kl_ref": 0.01}],
             "dpo": [{"step": 0, "eval/sentiment": 0.1}, {"step": 1, "loss": 0.69, "rewards/accuracy": 0.5,
                                                          "logps/chosen": -20.0, "logps/rejected": -21.0}]}

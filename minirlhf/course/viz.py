@@ -293,6 +293,9 @@ def plot_demo(out_dir: str | Path = "outputs/demo") -> list[Path]:
 
     The demo itself is core (it trains without matplotlib), so its figures are drawn here, from its files."""
     out = Path(out_dir)
+    for run in ("grpo", "dpo"):
+        if not (out / run / "metrics.jsonl").is_file():
+            raise FileNotFoundError(f"no {run}/metrics.jsonl in {out}: run `python -m minirlhf demo --out {out}` first")
     grpo, dpo = (read_metrics(out / run / "metrics.jsonl") for run in ("grpo", "dpo"))
     figures = {
         "grpo_training.png": plot_history(grpo, ["reward", "eval/accuracy", "kl_ref"]),
