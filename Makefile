@@ -17,6 +17,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 demo: $(STAMP)
 	$(PY) -m minirlhf demo
+	$(PY) -m minirlhf.course demo-figures outputs/demo
 
 test: $(STAMP)
 	$(PY) -m ruff check .

@@ -84,27 +84,27 @@ def worker_main(job_file: str, result_file: str, run_job: Callable[[dict], dict]
 
 
 def model_census(exclude: Sequence[Any] = ()) -> list[dict]:
-    """The models alive in this process right now (`minirlhf.memory.model_census`, found by the garbage
+    """The models alive in this process right now (`minirlhf.course.memory.model_census`, found by the garbage
     collector): one dict per top-level `nn.Module` that owns parameters, with its role ("policy", "reference",
     "value head", "reward model"), class, parameter count and bytes. Parameters shared between models are
     counted once. `exclude`: modules the benchmark itself holds (e.g. an evaluation-only copy of p_ref) that the
     method does not need. (The library's "trained" flag is left out: the role already says it, and the JSON
     files keep their fields.)
     """
-    from minirlhf import memory  # imported here: the parent process never needs torch
+    from minirlhf.course import memory  # imported here: the parent process never needs torch
 
     return [{key: m[key] for key in ("role", "class", "params", "bytes")} for m in memory.model_census(exclude=exclude)]
 
 
 def census_summary(census: list[dict]) -> str:
     """'2 (policy, reference)' and so on."""
-    from minirlhf import memory
+    from minirlhf.course import memory
 
     return memory.census_summary(census)
 
 
 def census_mb(census: list[dict]) -> float:
-    from minirlhf import memory
+    from minirlhf.course import memory
 
     return memory.census_mb(census)
 

@@ -201,7 +201,7 @@ def plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
-    from minirlhf import viz
+    from minirlhf.course import viz
 
     runs = []
     for r in results:

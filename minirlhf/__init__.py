@@ -1,7 +1,8 @@
 """minirlhf: a tiny, readable post-training library (SFT, reward model, REINFORCE/RLOO, PPO, GRPO, DPO/IPO).
 
 Layout: `losses` (pure objectives) <- `logprobs`/`sampling` (the shared core) <- `trainers` (one loop per
-method) <- `viz`/`widgets`/`quiz` (for the notebooks). Start with `load_model("tiny")`.
+method). The notebooks' package, `minirlhf.course` (toy maths, figures, widgets, quizzes), reads the core; the
+core never imports it. Start with `load_model("tiny")`.
 """
 
 from minirlhf.logprobs import response_logprobs, sequence_logprobs

@@ -76,7 +76,7 @@ def _demo(argv: list[str]) -> None:
     from minirlhf.demo import run_demo
 
     parser = argparse.ArgumentParser(prog="python -m minirlhf demo", description="GRPO + DPO showcase.")
-    parser.add_argument("--out", default="outputs/demo", help="folder for summary.md/json and the figures")
+    parser.add_argument("--out", default="outputs/demo", help="folder for summary.md/json and the metrics")
     parser.add_argument("--quick", action="store_true", help="a few steps of each, to check that it runs")
     args = parser.parse_args(argv)
     run_demo(args.out, quick=args.quick)

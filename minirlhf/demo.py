@@ -4,7 +4,9 @@
 2. Preferences: DPO on the shipped sentiment pairs from the base policy; held-out ground-truth sentiment
    (VADER) and KL(p_θ || p_ref) before/after; chosen/rejected log-probs over training.
 
-Writes `summary.md`, `summary.json` and the figures into the output folder (default outputs/demo/).
+Writes `summary.md`, `summary.json` and each run's `metrics.jsonl` into the output folder (default outputs/demo/).
+The core trains without matplotlib, so the figures are drawn from those files by the course:
+`python -m minirlhf.course demo-figures outputs/demo` (what `make demo` runs next).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import time
 from pathlib import Path
 
-from minirlhf import viz
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
@@ -34,7 +35,6 @@ def run_demo(out_dir: str | Path = "outputs/demo", quick: bool = False, progress
         "before": grpo_history[0]["eval/accuracy"], "after": grpo_history[-1]["eval/accuracy"],
         "kl_after": grpo_history.last("kl_ref"), "seconds": time.time() - t0,
     })
-    viz.plot_history(grpo_history, ["reward", "eval/accuracy", "kl_ref"]).savefig(out / "grpo_training.png")
 
     t0 = time.time()
     dpo_config = DPOConfig(steps=3 if quick else DPOConfig.steps, eval_every=2 if quick else DPOConfig.eval_every,
@@ -47,14 +47,12 @@ def run_demo(out_dir: str | Path = "outputs/demo", quick: bool = False, progress
         "before": evals[0]["eval/sentiment"], "after": evals[-1]["eval/sentiment"],
         "kl_after": evals[-1].get("eval/kl"), "seconds": time.time() - t0,
     })
-    viz.plot_logps(dpo_history).savefig(out / "dpo_logps.png")
-    viz.plot_history(dpo_history, ["loss", "rewards/accuracy", "eval/sentiment"]).savefig(out / "dpo_training.png")
 
     table = _markdown(rows)
     (out / "summary.md").write_text(table + "\n")
     (out / "summary.json").write_text(json.dumps(rows, indent=2))
     print("\n" + table)
-    print(f"\nfigures and metrics written to {out}/")
+    print(f"\nsummary and metrics written to {out}/; figures: python -m minirlhf.course demo-figures {out}")
     return rows
 
 

@@ -1,4 +1,4 @@
-"""minirlhf.memory: the census finds exactly the models a trainer builds (policy, reference iff β > 0, PPO's
+"""minirlhf.course.memory: the census finds exactly the models a trainer builds (policy, reference iff β > 0, PPO's
 value head, a reward model when the reward is learned), with the right bytes and trained flags."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from minirlhf import memory
+from minirlhf.course import memory
 from minirlhf.models import ValueHead, frozen_copy, load_model
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo

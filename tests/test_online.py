@@ -103,10 +103,12 @@ def test_short_run_improves_held_out_accuracy(method):
 @pytest.mark.slow
 @needs_sft
 def test_demo_runs_end_to_end_in_quick_mode(tmp_path):
+    from minirlhf.course import viz
     from minirlhf.demo import run_demo
 
     rows = run_demo(tmp_path, quick=True, progress=False)
     assert [r["method"] for r in rows] == ["GRPO", "DPO"]
+    viz.plot_demo(tmp_path)  # the figures, drawn by the course from the demo's metrics
     for name in ["summary.md", "summary.json", "grpo_training.png", "dpo_logps.png", "dpo_training.png",
                  "grpo/metrics.jsonl", "dpo/metrics.jsonl"]:
         assert (tmp_path / name).stat().st_size > 0, name

@@ -1,13 +1,16 @@
-"""Tests for minirlhf.quiz: registry contents, letter checking, the ask() widget and numeric exercises."""
+"""Tests for minirlhf.course.quiz: the question bank file, registry contents, letter checking, the ask() widget
+and numeric exercises."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
-from minirlhf import losses, quiz
+from minirlhf import losses
+from minirlhf.course import quiz
 
 
 def test_lecture_quizzes_present():
@@ -26,6 +29,36 @@ def test_registry_is_well_formed():
     for topic in quiz.TOPICS:
         new = [quiz_id for quiz_id in quiz.list_quizzes(topic) if quiz.QUESTIONS[quiz_id].source == "new"]
         assert len(new) >= 2, topic
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("answer", "E", "field 'answer' is 'E'"),
+    ("topic", "rlhf", "field 'topic' is 'rlhf'"),
+    ("source", "slides", "field 'source' is 'slides'"),
+    ("options", None, "field 'answer' is 'B', not one of the letters of 'options'"),
+])
+def test_question_bank_errors_name_file_question_and_field(tmp_path, field, value, message):
+    rows = json.loads(quiz.QUESTIONS_FILE.read_text(encoding="utf-8"))
+    assert quiz.load_questions(quiz.QUESTIONS_FILE) == quiz.QUESTIONS_LIST
+    rows[1][field] = value
+    path = tmp_path / "questions.json"
+    path.write_text(json.dumps(rows))
+    with pytest.raises(ValueError, match=f"questions.json: question 1 \\('notation-ref-vs-old'\\): {message}"):
+        quiz.load_questions(path)
+
+
+def test_question_bank_rejects_missing_fields_repeated_ids_and_bad_json(tmp_path):
+    rows = json.loads(quiz.QUESTIONS_FILE.read_text(encoding="utf-8"))
+    path = tmp_path / "questions.json"
+    path.write_text(json.dumps([rows[0], {k: v for k, v in rows[1].items() if k != "explanation"}]))
+    with pytest.raises(ValueError, match="question 1 .* expected exactly the fields"):
+        quiz.load_questions(path)
+    path.write_text(json.dumps([rows[0], rows[0]]))
+    with pytest.raises(ValueError, match="question 1 \\('notation-ratio'\\): field 'id' repeats"):
+        quiz.load_questions(path)
+    path.write_text(json.dumps(rows)[:-2])
+    with pytest.raises(ValueError, match="questions.json: not valid JSON at line 1"):
+        quiz.load_questions(path)
 
 
 def test_list_quizzes_filters_by_topic():

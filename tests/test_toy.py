@@ -1,4 +1,4 @@
-"""Tests for minirlhf.toy: every derivation step of the lecture, checked with exact sums and sampling."""
+"""Tests for minirlhf.course.toy: every derivation step of the lecture, checked with exact sums and sampling."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from minirlhf import losses, toy
+from minirlhf import losses
+from minirlhf.course import toy
 
 LABELS, P_REF, REWARDS = toy.toy_bandit()
 

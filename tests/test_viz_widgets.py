@@ -1,7 +1,9 @@
-"""Tests for minirlhf.viz and minirlhf.widgets: the plotted DATA matches the library, and slider changes
+"""Tests for minirlhf.course.viz and minirlhf.course.widgets: the plotted DATA matches the library, and slider changes
 re-render with the new value (headless, Agg)."""
 
 from __future__ import annotations
+
+import json
 
 import matplotlib
 import matplotlib.pyplot as plt
@@ -10,7 +12,8 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from minirlhf import losses, toy, viz, widgets
+from minirlhf import losses
+from minirlhf.course import toy, viz, widgets
 
 matplotlib.use("Agg")
 
@@ -257,3 +260,27 @@ def test_live_history_plot_prints_without_notebook(capsys):
         live(row)
     printed = capsys.readouterr().out.strip().splitlines()
     assert printed == ["step 0: loss=1 eval/acc=0", "step 10: loss=0.09091 eval/acc=0.1"]
+
+
+def test_plot_demo_draws_the_demo_figures_from_its_metrics(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no grpo/metrics.jsonl in .*: run `python -m minirlhf demo"):
+        viz.plot_demo(tmp_path)
+    runs = {"grpo": [{"step": 0, "eval/accuracy": 0.5}, {"step": 1, "reward": 0.4, "kl_ref": 0.01}],
+            "dpo": [{"step": 0, "eval/sentiment": 0.1}, {"step": 1, "loss": 0.69, "rewards/accuracy": 0.5,
+                                                         "logps/chosen": -20.0, "logps/rejected": -21.0}]}
+    for run, rows in runs.items():
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert viz.read_metrics(tmp_path / "dpo" / "metrics.jsonl") == runs["dpo"]
+    paths = viz.plot_demo(tmp_path)
+    assert [p.name for p in paths] == ["grpo_training.png", "dpo_logps.png", "dpo_training.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+
+
+def test_read_metrics_names_the_file_and_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    with pytest.raises(FileNotFoundError, match="no metrics file at .*metrics.jsonl"):
+        viz.read_metrics(path)
+    path.write_text('{"step": 0}\n{"step": 1,\n')
+    with pytest.raises(ValueError, match="metrics.jsonl, line 2: not a JSON object"):
+        viz.read_metrics(path)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from minirlhf import quiz
+from minirlhf.course import quiz
 
 pytestmark = pytest.mark.browser
 

@@ -3,7 +3,7 @@
 The lecture counts "models in memory" per method (PPO 4, GRPO 2, DPO 2). Rather than trust a docstring, this
 module asks Python which `torch.nn.Module`s are alive while a trainer runs:
 
-    from minirlhf import memory
+    from minirlhf.course import memory
     census, (model, tokenizer, history) = memory.census_during(
         lambda callbacks: train_grpo(task, config, callbacks=callbacks))
     census.summary()     # '2 (policy, reference)'

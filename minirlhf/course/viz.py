@@ -2,13 +2,15 @@
 
 Every function returns a closed `matplotlib.figure.Figure`: Jupyter shows a returned figure once, nothing
 stays open in pyplot, and the same code runs headless (Agg) in tests. The curves are never re-derived
-here: they come from `minirlhf.losses` and `minirlhf.toy`, so a plot shows what the library computes.
+here: they come from `minirlhf.losses` and `minirlhf.course.toy`, so a plot shows what the library computes.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -16,7 +18,8 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from minirlhf import losses, toy
+from minirlhf import losses
+from minirlhf.course import toy
 
 WIDTH = 9.0  # inches: every figure has this width
 HEIGHT = 3.6  # inches per row of panels
@@ -269,6 +272,39 @@ def plot_history(history: Sequence[dict], keys: Sequence[str], title: str | None
         ax.set_visible(False)
     last_step = history[-1]["step"] if history else 0
     return _finish(fig, title or f"training history, step {last_step}")
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The rows a run wrote to its metrics.jsonl (`History(path)`), one dict per logged step."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no metrics file at {path}")
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {number}: not a JSON object ({err.msg})") from None
+    return rows
+
+
+def plot_demo(out_dir: str | Path = "outputs/demo") -> list[Path]:
+    """Draw the figures of `python -m minirlhf demo` from the metrics it wrote into `out_dir`; return their paths.
+
+    The demo itself is core (it trains without matplotlib), so its figures are drawn here, from its files."""
+    out = Path(out_dir)
+    for run in ("grpo", "dpo"):
+        if not (out / run / "metrics.jsonl").is_file():
+            raise FileNotFoundError(f"no {run}/metrics.jsonl in {out}: run `python -m minirlhf demo --out {out}` first")
+    grpo, dpo = (read_metrics(out / run / "metrics.jsonl") for run in ("grpo", "dpo"))
+    figures = {
+        "grpo_training.png": plot_history(grpo, ["reward", "eval/accuracy", "kl_ref"]),
+        "dpo_logps.png": plot_logps(dpo),
+        "dpo_training.png": plot_history(dpo, ["loss", "rewards/accuracy", "eval/sentiment"]),
+    }
+    for name, fig in figures.items():
+        fig.savefig(out / name)
+    return [out / name for name in figures]
 
 
 def plot_frontier(runs: Sequence[dict], title: str = "Reward vs KL to p_ref", ylabel: str = "reward",

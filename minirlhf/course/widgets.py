@@ -5,7 +5,7 @@ Each explorer is a plain `render_*(**slider_values) -> (Figure, summary)` functi
 fixed-height Output that is cleared and redrawn on every change. The render functions hold all the
 logic, so they can be called and tested without a browser.
 
-    from minirlhf import widgets
+    from minirlhf.course import widgets
     widgets.clip_explorer()          # ε slider: PPO's clipped surrogate
     widgets.optimal_policy_explorer()  # β slider: p* = p_ref exp(R/β) / Z
     widgets.gae_explorer()           # γ and λ sliders
@@ -23,7 +23,7 @@ import ipywidgets as W
 from IPython.display import clear_output, display
 from matplotlib.figure import Figure
 
-from minirlhf import toy, viz
+from minirlhf.course import toy, viz
 
 OUTPUT_HEIGHT = "440px"  # fits one WIDTH x HEIGHT figure plus the summary line
 

@@ -1,0 +1,39 @@
+"""What every notebook does once minirlhf is installed: quick mode, device, inline figures, the arithmetic policy.
+
+    from minirlhf.course import notebook
+
+    DEVICE, QUICK = notebook.setup()       # prints: device: cpu | Colab: False | quick mode: False
+    POLICY = notebook.arithmetic_policy()  # "tiny-sft" once it has been built, else "tiny"
+
+Quick mode (MINIRLHF_QUICK=1, set by the test suite) makes every training cell use a tiny budget.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+from IPython import get_ipython
+
+from minirlhf.models import SHIPPED
+
+QUICK_ENV = "MINIRLHF_QUICK"
+
+
+def setup() -> tuple[str, bool]:
+    """(device, quick): the GPU when there is one, and whether the test suite asked for tiny budgets.
+
+    In a notebook kernel it also switches figures to inline output (`%matplotlib inline`)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    quick = os.environ.get(QUICK_ENV) == "1"
+    shell = get_ipython()
+    if shell is not None:
+        shell.run_line_magic("matplotlib", "inline")
+    print(f"device: {device} | Colab: {'google.colab' in sys.modules} | quick mode: {quick}")
+    return device, quick
+
+
+def arithmetic_policy() -> str:
+    """The arithmetic reference policy: the shipped SFT model when it has been built, else the base model."""
+    return "tiny-sft" if (SHIPPED["tiny-sft"] / "config.json").exists() else "tiny"

@@ -1,0 +1,269 @@
+"""Multiple-choice quizzes and numeric exercises for the notebooks.
+
+Two ways to answer, so every notebook works with or without widgets:
+
+    from minirlhf.course import quiz
+    quiz.ask("dpo-collapse")            # RadioButtons + Check button + feedback (Jupyter / Colab)
+    quiz.check("dpo-collapse", "d")     # plain code: prints right/wrong and why, returns a bool
+    quiz.check_number("ppo-objective", 1.2, r=1.5, advantage=1.0, eps=0.2)
+
+The multiple-choice questions are data, `questions.json` beside this file (read by `load_questions`). Numeric
+answers are computed by the library itself (minirlhf.losses / minirlhf.course.toy), so an exercise can be
+re-asked with any parameters. Ids are grouped by notebook topic: see TOPICS and list_quizzes().
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import ipywidgets as W
+
+from minirlhf import losses
+from minirlhf.course import toy
+
+TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown")
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    topic: str
+    question: str
+    options: dict[str, str]  # letter -> option text
+    answer: str  # one of the letters
+    explanation: str
+    source: str = "new"  # "lecture" for the quizzes taken from the lecture slides
+
+
+QUESTIONS_FILE = Path(__file__).with_name("questions.json")
+SOURCES = ("lecture", "new")
+
+
+def load_questions(path: str | Path = QUESTIONS_FILE) -> list[Question]:
+    """Read the question bank: a JSON list of objects with the fields of `Question`, checked one by one."""
+    path = Path(path)
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{path}: expected a JSON list of questions, got {type(rows).__name__}")
+    fields = {"id", "topic", "source", "question", "options", "answer", "explanation"}
+    questions, seen = [], set()
+    for i, row in enumerate(rows):
+        where = f"{path}: question {i}" + (f" ({row.get('id')!r})" if isinstance(row, dict) else "")
+        if not isinstance(row, dict) or set(row) != fields:
+            got = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ValueError(f"{where}: expected exactly the fields {sorted(fields)}, got {got}")
+        if row["id"] in seen:
+            raise ValueError(f"{where}: field 'id' repeats an earlier question")
+        if row["topic"] not in TOPICS:
+            raise ValueError(f"{where}: field 'topic' is {row['topic']!r}, not one of {', '.join(TOPICS)}")
+        if row["source"] not in SOURCES:
+            raise ValueError(f"{where}: field 'source' is {row['source']!r}, not one of {', '.join(SOURCES)}")
+        if not isinstance(row["options"], dict) or row["answer"] not in row["options"]:
+            raise ValueError(f"{where}: field 'answer' is {row['answer']!r}, not one of the letters of 'options'")
+        seen.add(row["id"])
+        questions.append(Question(**row))
+    return questions
+
+
+QUESTIONS_LIST = load_questions()
+QUESTIONS: dict[str, Question] = {q.id: q for q in QUESTIONS_LIST}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Numeric exercises: the answer is computed by the library
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _grpo_advantage(rewards: Sequence[float], i: int, scale: str) -> float:
+    return float(losses.grpo_advantages(toy.as_tensor(rewards), len(rewards), scale=scale)[i])
+
+
+def _rloo_advantage(rewards: Sequence[float], i: int) -> float:
+    return float(losses.rloo_advantages(toy.as_tensor(rewards), len(rewards))[i])
+
+
+def _ppo_objective(r: float, advantage: float, eps: float) -> float:
+    return float(losses.clipped_surrogate(toy.as_tensor(r), toy.as_tensor(advantage), eps))
+
+
+def _dpo(beta: float, chosen_logratio: float, rejected_logratio: float) -> tuple[float, float]:
+    """(loss, implicit reward margin) of one pair from log p_θ/p_ref of y_w and y_l (p_ref log-probs = 0)."""
+    zero = toy.as_tensor([0.0])
+    chosen_logps, rejected_logps = toy.as_tensor([chosen_logratio]), toy.as_tensor([rejected_logratio])
+    loss, chosen, rejected = losses.dpo_loss(chosen_logps, rejected_logps, zero, zero, beta)
+    return float(loss[0]), float(chosen[0] - rejected[0])
+
+
+def _optimal_probability(p_ref: Sequence[float], rewards: Sequence[float], beta: float, i: int) -> float:
+    return float(toy.optimal_policy(p_ref, rewards, beta)[i])
+
+
+def _kl_k3(logp: float, ref_logp: float) -> float:
+    return float(losses.kl_k3(toy.as_tensor(logp), toy.as_tensor(ref_logp)))
+
+
+def _gae_advantage(gamma: float, lam: float, t: int) -> float:
+    advantages, _ = toy.toy_gae(gamma, lam)
+    return float(advantages[t])
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    topic: str
+    prompt: str  # formatted with the parameters
+    solve: Callable[..., float]
+    defaults: dict = field(default_factory=dict)
+    tol: float = 1e-2  # accepted if within tol absolutely or relatively
+
+
+EXERCISES_LIST = [
+    Exercise("optimal-policy", "kl-objective",
+             "p*(y_i) for p_ref = {p_ref}, R = {rewards}, β = {beta}, i = {i}.",
+             _optimal_probability, {"p_ref": toy.TOY_P_REF, "rewards": toy.TOY_REWARDS, "beta": 0.5, "i": 0}),
+    Exercise("rloo-advantage", "policy-gradient",
+             "RLOO advantage R_i - mean(others) of response i = {i} in the group with rewards {rewards}.",
+             _rloo_advantage, {"rewards": (1.0, 0.0, 0.0, 1.0), "i": 0}),
+    Exercise("ppo-objective", "ppo",
+             "Clipped surrogate min(r Â, clip(r, 1-ε, 1+ε) Â) at r = {r}, Â = {advantage}, ε = {eps}.",
+             _ppo_objective, {"r": 1.5, "advantage": 1.0, "eps": 0.2}),
+    Exercise("gae-advantage", "ppo",
+             "GAE advantage Â_t at t = {t} on toy.toy_trajectory() with γ = {gamma}, λ = {lam}.",
+             _gae_advantage, {"gamma": 1.0, "lam": 0.0, "t": 6}),
+    Exercise("grpo-advantage", "grpo",
+             "GRPO advantage of response i = {i} in the group with rewards {rewards} (scale = {scale!r}, "
+             "sample std).",
+             _grpo_advantage,
+             {"rewards": (1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0), "i": 0, "scale": "group"}),
+    Exercise("kl-k3", "grpo",
+             "k3 estimate for one token with log p_θ = {logp} and log p_ref = {ref_logp}.",
+             _kl_k3, {"logp": -1.0, "ref_logp": -1.5}),
+    Exercise("dpo-margin", "dpo",
+             "Implicit reward margin β·(log-ratio of y_w - log-ratio of y_l) with β = {beta}, log-ratios "
+             "{chosen_logratio} and {rejected_logratio}.",
+             lambda **p: _dpo(**p)[1], {"beta": 0.1, "chosen_logratio": 0.1, "rejected_logratio": -2.0}),
+    Exercise("dpo-loss", "dpo",
+             "DPO loss -log σ(implicit reward margin) with β = {beta}, log-ratios {chosen_logratio} and "
+             "{rejected_logratio}.",
+             lambda **p: _dpo(**p)[0], {"beta": 0.1, "chosen_logratio": 0.1, "rejected_logratio": -2.0}),
+]
+EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Lookup and checking
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _lookup(registry: dict, key: str, kind: str):
+    if key not in registry:
+        raise KeyError(f"unknown {kind} id {key!r}; valid ids: {', '.join(registry)}")
+    return registry[key]
+
+
+def list_quizzes(topic: str | None = None) -> list[str]:
+    """Ids of the multiple-choice questions, optionally only those of one topic (see TOPICS)."""
+    if topic is not None and topic not in TOPICS:
+        raise ValueError(f"unknown topic {topic!r}; valid topics: {', '.join(TOPICS)}")
+    return [q.id for q in QUESTIONS_LIST if topic is None or q.topic == topic]
+
+
+def list_exercises(topic: str | None = None) -> list[str]:
+    """Ids of the numeric exercises, optionally only those of one topic."""
+    if topic is not None and topic not in TOPICS:
+        raise ValueError(f"unknown topic {topic!r}; valid topics: {', '.join(TOPICS)}")
+    return [e.id for e in EXERCISES_LIST if topic is None or e.topic == topic]
+
+
+def _letter(answer: str) -> str:
+    """'d', ' D ', 'D)' and 'D. ...' all mean D."""
+    text = str(answer).strip().upper()
+    return text[0] if len(text) > 1 and text[1] in ").:" else text
+
+
+def feedback(quiz_id: str, answer: str) -> tuple[bool, str]:
+    """(is_correct, text) for an answer letter; the text starts with "Correct" or "Not quite"."""
+    q: Question = _lookup(QUESTIONS, quiz_id, "quiz")
+    letter = _letter(answer)
+    if letter not in q.options:
+        return False, f"Not quite: {answer!r} is not one of the options {', '.join(q.options)}."
+    if letter == q.answer:
+        return True, f"Correct! {q.explanation}"
+    return False, f"Not quite: the answer is {q.answer}) {q.options[q.answer]}. {q.explanation}"
+
+
+def format_question(quiz_id: str) -> str:
+    """The question and its lettered options as plain text."""
+    q: Question = _lookup(QUESTIONS, quiz_id, "quiz")
+    return "\n".join([q.question] + [f"  {letter}) {text}" for letter, text in q.options.items()])
+
+
+def check(quiz_id: str, answer: str) -> bool:
+    """Print whether `answer` (a letter, any case) is right and why; return True when it is."""
+    ok, text = feedback(quiz_id, answer)
+    print(text)
+    return ok
+
+
+class QuizWidget(W.VBox):
+    """Question, RadioButtons (one per letter), a Check button and a feedback area."""
+
+    def __init__(self, quiz_id: str):
+        q: Question = _lookup(QUESTIONS, quiz_id, "quiz")
+        self.quiz_id = quiz_id
+        options = [(f"{letter}) {text}", letter) for letter, text in q.options.items()]
+        self.choices = W.RadioButtons(options=options, value=None, layout=W.Layout(width="auto"))
+        self.button = W.Button(description="Check", button_style="primary")
+        self.feedback = W.HTML(value="")
+        self.button.on_click(self._on_check)
+        super().__init__([W.HTML(f"<b>{q.question}</b>"), self.choices, self.button, self.feedback])
+
+    def _on_check(self, _button: W.Button | None = None) -> None:
+        if self.choices.value is None:
+            self.feedback.value = "Pick an option first."
+            return
+        ok, text = feedback(self.quiz_id, self.choices.value)
+        color = "green" if ok else "firebrick"
+        self.feedback.value = f"<span style='color:{color}'>{text}</span>"
+
+
+def ask(quiz_id: str) -> QuizWidget:
+    """An interactive question; in plain Python use check(quiz_id, letter) instead."""
+    return QuizWidget(quiz_id)
+
+
+def solution(exercise_id: str, **params) -> float:
+    """The library's value for a numeric exercise, with `params` overriding its defaults."""
+    exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
+    unknown = set(params) - set(exercise.defaults)
+    if unknown:
+        raise TypeError(f"exercise {exercise_id!r} takes {sorted(exercise.defaults)}, got {sorted(unknown)}")
+    return exercise.solve(**{**exercise.defaults, **params})
+
+
+def describe(exercise_id: str, **params) -> str:
+    """The exercise's question with its (default or given) parameters filled in."""
+    exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
+    return exercise.prompt.format(**{**exercise.defaults, **params})
+
+
+def check_number(exercise_id: str, value: float, tol: float | None = None, **params) -> bool:
+    """Print whether `value` matches the library's answer (within tol, absolute or relative); return it."""
+    exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
+    expected = solution(exercise_id, **params)
+    tol = exercise.tol if tol is None else tol
+    ok = math.isclose(float(value), expected, rel_tol=tol, abs_tol=tol)
+    question = describe(exercise_id, **params)
+    if ok:
+        print(f"Correct! {question} = {expected:.4f}")
+    else:
+        print(f"Not quite: {value} is off for: {question} (call quiz.solution({exercise_id!r}, ...) to "
+              f"see it)")
+    return ok
