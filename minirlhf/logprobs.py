@@ -176,6 +176,8 @@ def packed_response_logprobs(
     positions as separate sequences and builds a block-diagonal causal mask: a token attends only to the earlier
     tokens of its own sequence, so each sequence is scored exactly as if it were alone. The tail padding of a row
     is never attended by a real token. For DPO's 64 sequences of ~20 tokens: ~1300 positions instead of ~2300.
+    On CUDA that mask reaches SDPA as an (R, 1, W, W) boolean mask, so PyTorch runs one of its kernels that take a
+    mask (not flash attention, which takes none); a variable-length kernel would also skip the masked-out blocks.
     """
     _check_batch(input_ids, attention_mask, response_mask)
     real = attention_mask.bool()  # (B, T)
