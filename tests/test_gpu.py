@@ -106,6 +106,18 @@ def test_static_cache_decoding_draws_the_dynamic_caches_tokens(settings):
     torch.testing.assert_close(rollouts[1].logprobs, rollouts[0].logprobs, atol=1e-5, rtol=0)
 
 
+def test_grpo_trains_the_same_with_the_static_decoder():
+    """OnlineConfig.decoder reaches the sampler: two GRPO steps sample the same completions and give the same losses
+    with the static cache as with the dynamic one."""
+    histories = [
+        train_grpo(small_task(), GRPOConfig(device="cpu", decoder=decoder, prompts_per_step=4, group_size=4,
+                                            **QUICK))[2]
+        for decoder in ("dynamic", "static")
+    ]
+    assert histories[1].column("response_length") == histories[0].column("response_length")
+    assert histories[1].column("loss")[1] == pytest.approx(histories[0].column("loss")[1], abs=1e-5)
+
+
 def test_auto_decoder_is_the_dynamic_cache_off_cuda_and_bad_decoders_are_refused():
     model, tokenizer = load_model("tiny-sft", device="cpu")
     runs = [sample(model, tokenizer, PROMPTS, group_size=2, max_new_tokens=6, decoder=decoder,
