@@ -5,15 +5,19 @@ bf16 peak. Runs the "t4" presets (minirlhf.presets) on a randomly initialised `g
     python benchmarks/gpu_check.py                       # on a GPU machine: six methods, ~1-2 min on an H100/H200
     python benchmarks/gpu_check.py --tiny                # the shipped tiny model, small batches: a CPU smoke test
     python benchmarks/gpu_check.py --out results/gpu_check.json
+    python benchmarks/gpu_check.py --vs-trl --out results/gpu_vs_trl.json   # minirlhf against TRL, with targets
 
 How it is measured. Each method runs `steps` optimisation steps through its unmodified trainer; the first `warmup`
 steps (CUDA kernels compiled, allocator warmed up, step 0 evaluation) are not timed. A step is timed from the end of
 the previous step's metrics row to the end of its own (`.item()` calls synchronise the GPU), so sampling, reference
-passes, tokenisation and the optimizer are all in it. Tokens are counted where they enter the model (a global hook on
-the token embedding): "trained" tokens go through a forward with autograd on, "forward-only" ones through sampling
-and reference/old-policy passes; padding counts, since the GPU computes it. Model FLOPs = 6·N per trained token +
-2·N per forward-only token, with N the non-embedding parameters (85M for gpt2): attention scores and the LM head
-are not counted, so the fraction of peak is a lower bound.
+passes, tokenisation and the optimizer are all in it. Tokens are counted where they enter the model (`_flops.py`: a
+global hook on the position embedding): "trained" tokens go through a forward with autograd on, "forward-only" ones
+through sampling and reference/old-policy passes; padding counts, since the GPU computes it. Model FLOPs per token
+(`_flops.model_flops`): 2·N + 4·L·d·k forward, 3x that trained, with N the matmul weights including the LM head
+(124M for gpt2) and k the keys the token attends; the fraction of the bf16 peak is the MFU.
+
+`--vs-trl` runs minirlhf against TRL 1.16 on the same GPU, model and data instead (`_gpu_vs_trl.py`): GRPOTrainer
+without vLLM and DPOTrainer, at the shapes of issue 19's targets, and prints each target as PASS or FAIL.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
+from _flops import FlopCounter, difference, model_flops
 
 from minirlhf.data import load_preference_pairs
 from minirlhf.presets import preset
@@ -50,30 +54,6 @@ TINY = {  # --tiny: small enough for two busy CPU cores in the test suite
 }
 
 
-class TokenCounter:
-    """Counts the tokens every forward pass reads, split into with/without autograd, via a global pre-hook on
-    the token embedding (found by its size: `vocab` rows). Also counts the model's parameters once seen."""
-
-    def __init__(self, vocab: int):
-        self.vocab, self.trained, self.forward_only = vocab, 0, 0
-        self.handle = nn.modules.module.register_module_forward_pre_hook(self._hook)
-
-    def _hook(self, module: nn.Module, args) -> None:
-        if isinstance(module, nn.Embedding) and module.num_embeddings == self.vocab and args:
-            if torch.is_grad_enabled():
-                self.trained += args[0].numel()
-            else:
-                self.forward_only += args[0].numel()
-
-    def close(self) -> None:
-        self.handle.remove()
-
-
-def non_embedding_parameters(model: nn.Module) -> int:
-    embeddings = {id(p) for m in model.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    return sum(p.numel() for p in model.parameters() if id(p) not in embeddings)
-
-
 def run_method(method: str, model_name: str, steps: int, tiny: bool, precision: str):
     """Train `method` for `steps` steps; returns (history, trained model, per-step times and token counts)."""
     overrides = {**preset("t4", method), "model": model_name, "steps": steps, "eval_every": 10**6,
@@ -83,13 +63,13 @@ def run_method(method: str, model_name: str, steps: int, tiny: bool, precision: 
     task = dataclasses.replace(
         arithmetic.task(), evaluate=lambda m, t: {"accuracy": arithmetic.accuracy(m, t, held_out)}
     )
-    marks = []  # (time, trained tokens, forward-only tokens) at each logged training step
+    marks = []  # (time, FlopCounter totals) at each logged training step
 
     def mark(history):
         if "loss" in history[-1]:
-            marks.append((time.perf_counter(), counter.trained, counter.forward_only))
+            marks.append((time.perf_counter(), counter.totals()))
 
-    counter = TokenCounter(vocab=946 if tiny else 50257)
+    counter = FlopCounter(vocab=946 if tiny else 50257, n_positions=64 if tiny else 1024)
     try:
         if method == "sft":  # SFT on the chosen review continuations: longer sequences than arithmetic
             config = SFTConfig(**overrides)
@@ -115,15 +95,15 @@ def measure(method: str, model_name: str, steps: int, warmup: int, tiny: bool, p
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     history, model, marks = run_method(method, model_name, steps, tiny, precision)
-    timed = [(t1 - t0, g1 - g0, f1 - f0) for (t0, g0, f0), (t1, g1, f1) in zip(marks[warmup:], marks[warmup + 1 :])]
-    seconds = sum(t for t, _, _ in timed)
-    trained, forward_only = sum(g for _, g, _ in timed), sum(f for _, _, f in timed)
-    n = non_embedding_parameters(model)
+    timed = [(t1 - t0, difference(c1, c0)) for (t0, c0), (t1, c1) in zip(marks[warmup:], marks[warmup + 1 :])]
+    seconds = sum(t for t, _ in timed)
+    counts = difference(marks[-1][1], marks[warmup][1])
+    flops = model_flops(counts, model.config, lm_head=method != "reward-model")
     result = {
-        "method": method, "steps_timed": len(timed), "step_ms_median": 1000 * statistics.median(t for t, _, _ in timed),
-        "trained_tokens_per_s": trained / seconds, "all_tokens_per_s": (trained + forward_only) / seconds,
-        "non_embedding_params": n, "model_tflops_per_s": (6 * n * trained + 2 * n * forward_only) / seconds / 1e12,
-        "final_loss": history.last("loss"),
+        "method": method, "steps_timed": len(timed), "step_ms_median": 1000 * statistics.median(t for t, _ in timed),
+        "trained_tokens_per_s": counts["trained_tokens"] / seconds,
+        "all_tokens_per_s": (counts["trained_tokens"] + counts["forward_tokens"]) / seconds,
+        "model_tflops_per_s": flops / seconds / 1e12, "final_loss": history.last("loss"),
     }
     if device_is_cuda:
         result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -145,7 +125,14 @@ def main() -> None:
     parser.add_argument("--precision", default="auto", help="auto (bf16 on a GPU), bf16, fp16 or fp32")
     parser.add_argument("--tiny", action="store_true", help="shipped tiny model and small batches (CPU smoke test)")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--vs-trl", action="store_true", help="minirlhf against TRL 1.16 (GRPO, DPO) with targets")
     args = parser.parse_args()
+    if args.vs_trl:
+        from _gpu_vs_trl import side_by_side
+
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+        return side_by_side(args.model, args.steps, args.warmup, args.tiny, args.precision, args.out, peak)
     model_name = "tiny" if args.tiny else args.model
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     print(f"device: {device}, torch {torch.__version__}, model {model_name}, precision {args.precision}")

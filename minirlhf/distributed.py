@@ -54,12 +54,16 @@ def is_main_process() -> bool:
 class Runtime:
     """Device, precision and process group of one training run (see the module docstring)."""
 
-    def __init__(self, device: str = "auto", precision: str = "auto", gradient_checkpointing: bool = False):
+    def __init__(
+        self, device: str = "auto", precision: str = "auto", gradient_checkpointing: bool = False,
+        compile: bool = False,
+    ):
         self.accelerator = _accelerator(device) if launched_processes() > 1 else None
         self.device = self.accelerator.device if self.accelerator else resolve_device(device)
         self.dtype = resolve_precision(precision, self.device)  # the autocast dtype
         self.scaler = grad_scaler(self.device, self.dtype)  # fp16 only
         self.gradient_checkpointing = gradient_checkpointing
+        self.compile = compile
 
     @property
     def rank(self) -> int:
@@ -75,12 +79,15 @@ class Runtime:
 
     def prepare(self, model: nn.Module) -> nn.Module:
         """The module to run the training forward passes through: gradient checkpointing switched on when asked,
-        and, under several processes, wrapped in DistributedDataParallel (which averages gradients in backward).
-        Sample, evaluate and save with the unwrapped `model`: it is the same parameters."""
+        and, under several processes, wrapped in DistributedDataParallel (which averages gradients in backward);
+        with `compile`, that module compiled by torch.compile (sampling keeps the uncompiled one, whose decode
+        steps have their own CUDA graph). Sample, evaluate and save with the unwrapped `model`: it is the same
+        parameters."""
         if self.gradient_checkpointing:  # on the transformer: the model itself, or a reward model's backbone
             transformer = next(m for m in model.modules() if getattr(m, "supports_gradient_checkpointing", False))
             enable_gradient_checkpointing(transformer)
-        return self.accelerator.prepare_model(model) if self.accelerator else model
+        module = self.accelerator.prepare_model(model) if self.accelerator else model
+        return torch.compile(module) if self.compile else module
 
     def autocast(self) -> AbstractContextManager:
         return autocast(self.device, self.dtype)
@@ -137,7 +144,7 @@ def setup_runtime(config: Config) -> tuple[Runtime, Config]:
     """The trainer's Runtime from its config (`device`, `precision`, `gradient_checkpointing`), and the config each
     process runs with: under several processes, this process's own device, and no `out_dir` except on the main
     process (only it writes)."""
-    runtime = Runtime(config.device, config.precision, config.gradient_checkpointing)
+    runtime = Runtime(config.device, config.precision, config.gradient_checkpointing, config.compile)
     for name in ("prompts_per_step", "minibatch_size"):  # online methods: every process gets whole, equal shares
         value = getattr(config, name, None)
         if value and value % runtime.world_size:

@@ -113,7 +113,7 @@ def response_logprobs(
 
 def _keeps_cache(model: nn.Module) -> bool:
     """False under gradient checkpointing in training mode, where transformers keeps no KV cache."""
-    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
+    body = unwrapped(model).base_model
     return not (getattr(body, "gradient_checkpointing", False) and body.training)
 
 
@@ -137,7 +137,7 @@ def _shared_prompt_forward(
     C = distinct.shape[1] // 2
     # 1. the n distinct prompts, without the LM head: their keys/values at every layer
     keyword = cache_keyword(model)
-    body = getattr(model, "module", model).base_model  # a DDP wrapper holds the model in .module
+    body = unwrapped(model).base_model
     distinct_ids, distinct_mask = distinct[:, :C], distinct[:, C:]  # (n, C) each
     out = body(
         input_ids=distinct_ids, attention_mask=distinct_mask, position_ids=position_ids_from_mask(distinct_mask),
@@ -176,6 +176,8 @@ def packed_response_logprobs(
     positions as separate sequences and builds a block-diagonal causal mask: a token attends only to the earlier
     tokens of its own sequence, so each sequence is scored exactly as if it were alone. The tail padding of a row
     is never attended by a real token. For DPO's 64 sequences of ~20 tokens: ~1300 positions instead of ~2300.
+    On CUDA that mask reaches SDPA as an (R, 1, W, W) boolean mask, so PyTorch runs one of its kernels that take a
+    mask (not flash attention, which takes none); a variable-length kernel would also skip the masked-out blocks.
     """
     _check_batch(input_ids, attention_mask, response_mask)
     real = attention_mask.bool()  # (B, T)
@@ -214,9 +216,17 @@ def packed_response_logprobs(
     return logp
 
 
+def unwrapped(model: nn.Module) -> nn.Module:
+    """The model inside its training wrappers: torch.compile keeps it in `._orig_mod`, DistributedDataParallel in
+    `.module` (`Runtime.prepare` compiles the DDP wrapper, so that order)."""
+    for attribute in ("_orig_mod", "module"):
+        model = getattr(model, attribute, model)
+    return model
+
+
 def cache_keyword(model: nn.Module) -> str:
     """The KV-cache argument's name: `cache` in recent transformers 5.x, `past_key_values` before."""
-    forward = getattr(model, "module", model).forward
+    forward = unwrapped(model).forward
     return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
@@ -237,7 +247,7 @@ def _response_forward(
     `logprobs_on_response`."""
     targets = response_mask[:, 1:].bool()  # (B, T-1) the response tokens, at columns 1 .. T-1
     predictors = F.pad(targets, (0, 1))  # (B, T) the columns 0 .. T-2 whose logits predict them
-    if _takes_logits_mask(type(getattr(model, "module", model))):  # a DDP wrapper holds the model in .module
+    if _takes_logits_mask(type(unwrapped(model))):
         logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=predictors, **forward_kwargs).logits
     else:
         logits = model(input_ids=input_ids, use_cache=False, **forward_kwargs).logits[predictors]

@@ -21,7 +21,10 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from minirlhf.cuda_graphs import StaticDecoder, supports_static_decoding
 from minirlhf.logprobs import cache_keyword, logprobs_from_logits, position_ids_from_mask
+
+DECODERS = ("auto", "dynamic", "static", "graph")
 
 
 @dataclass
@@ -68,6 +71,7 @@ def sample(
     greedy: bool = False,
     generator: torch.Generator | None = None,
     batch_rows: tuple[int, int] | None = None,
+    decoder: str = "auto",
 ) -> Rollout:
     """Sample `group_size` completions for each prompt with a KV cache, stopping at EOS.
 
@@ -76,9 +80,16 @@ def sample(
     sample with identical generators (`minirlhf.distributed`). Each process draws the noise of all `total` rows
     and uses its own, and keeps drawing until every process is done, so it samples exactly the tokens that one
     process sampling the whole batch would.
+    `decoder` says how the one-token steps run: "dynamic" with transformers' growing KV cache (the code below);
+    "static" over a preallocated cache, "graph" the same replayed as a CUDA graph (`minirlhf.cuda_graphs`);
+    "auto" is "graph" for a model on CUDA with SDPA attention and "dynamic" everywhere else.
     """
     _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p)
     device = next(model.parameters()).device
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {list(DECODERS)}, got {decoder!r}")
+    if decoder == "auto":
+        decoder = "graph" if device.type == "cuda" and supports_static_decoding(model) else "dynamic"
     repeated = [p for p in prompts for _ in range(group_size)]
     # each prompt once (n rows): the G completions of a prompt share its forward pass and KV cache
     enc = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
@@ -114,6 +125,10 @@ def sample(
     prompt_ids, prompt_mask = prompt_ids[prompt_of_row], prompt_mask[prompt_of_row]  # (B, P)
     position_ids = position_ids[prompt_of_row, -1:]  # (B, 1) the last prompt position, +1 per new token
     attention_mask = prompt_mask  # (B, P), grows by one column per new token
+    static = None
+    if decoder != "dynamic":  # the prompt's cache moves into a preallocated one; the loop then calls static.step
+        static = StaticDecoder(model, cache, attention_mask, position_ids, max_new_tokens, graph=decoder == "graph")
+        cache = None
     # Then one token per step for all B rows, reusing the KV cache.
     for t in range(max_new_tokens):
         if greedy:
@@ -128,6 +143,9 @@ def sample(
         alive &= next_token != eos_id
         if not bool(alive.any()) or t + 1 == max_new_tokens:
             break
+        if static is not None:
+            logits = static.step(next_token)  # (B, V)
+            continue
         # the new token is attended (even after EOS: masking it changes nothing for finished rows)
         attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
         position_ids = position_ids + 1

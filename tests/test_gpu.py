@@ -1,13 +1,15 @@
-"""Mixed precision, gradient checkpointing, real GPT-2 sizes, presets and the GPU check script.
+"""Mixed precision, gradient checkpointing, real GPT-2 sizes, presets, static-cache decoding and the GPU check script.
 
 The CPU tests run everywhere; the `cuda` ones run every trainer on a GPU in bf16 (and SFT in fp16 with loss
-scaling) and are skipped without one.
+scaling), decode through a CUDA graph, compile the model and fuse AdamW, and are skipped without one
+(`benchmarks/gpu_session.sh` runs them on a GPU).
 """
 
 import dataclasses
 import math
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,10 +17,13 @@ import torch
 
 from minirlhf.data import load_preference_pairs
 from minirlhf.gpt2 import gpt2_tokenizer, random_gpt2
+from minirlhf.logprobs import cache_keyword, unwrapped
+from minirlhf.models import load_model
 from minirlhf.precision import resolve_precision
 from minirlhf.presets import PRESETS, preset
 from minirlhf.sampling import sample
 from minirlhf.tasks import arithmetic
+from minirlhf.trainers.common import make_optimizer
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
@@ -76,10 +81,65 @@ def test_bf16_autocast_on_cpu_and_gradient_checkpointing_train():
 def test_every_preset_is_a_valid_config(method):
     config_cls = {"sft": SFTConfig, "reward-model": RewardModelConfig, "dpo": DPOConfig, "reinforce": ReinforceConfig,
                   "rloo": ReinforceConfig, "grpo": GRPOConfig, "ppo": PPOConfig}[method]
+    assert {"t4", "a100", "h100"} <= set(PRESETS)
     for name in PRESETS:
         assert config_cls(**preset(name, method)).model == "gpt2"
     with pytest.raises(ValueError, match="unknown preset"):
-        preset("a100", method)
+        preset("v100", method)
+
+
+PROMPTS = ["17+25=", "3+4=", "The acting was"]  # prompts of different lengths: left padding is in play
+
+
+@pytest.mark.parametrize("settings", [{}, {"greedy": True}, {"temperature": 0.7, "top_k": 5, "top_p": 0.9}])
+def test_static_cache_decoding_draws_the_dynamic_caches_tokens(settings):
+    """The static decode step (the one the CUDA graph records), run eagerly on CPU: the same tokens from the same
+    generator as the dynamic cache, and the same log-probs up to float rounding."""
+    model, tokenizer = load_model("tiny-sft", device="cpu")
+    rollouts = [
+        sample(model, tokenizer, PROMPTS, group_size=4, max_new_tokens=12, decoder=decoder,
+               generator=torch.Generator().manual_seed(0), **settings)
+        for decoder in ("dynamic", "static")
+    ]
+    assert torch.equal(rollouts[0].input_ids, rollouts[1].input_ids)
+    assert torch.equal(rollouts[0].response_mask, rollouts[1].response_mask)
+    torch.testing.assert_close(rollouts[1].logprobs, rollouts[0].logprobs, atol=1e-5, rtol=0)
+
+
+def test_grpo_trains_the_same_with_the_static_decoder():
+    """OnlineConfig.decoder reaches the sampler: two GRPO steps sample the same completions and give the same losses
+    with the static cache as with the dynamic one."""
+    histories = [
+        train_grpo(small_task(), GRPOConfig(device="cpu", decoder=decoder, prompts_per_step=4, group_size=4,
+                                            **QUICK))[2]
+        for decoder in ("dynamic", "static")
+    ]
+    assert histories[1].column("response_length") == histories[0].column("response_length")
+    assert histories[1].column("loss")[1] == pytest.approx(histories[0].column("loss")[1], abs=1e-5)
+
+
+def test_auto_decoder_is_the_dynamic_cache_off_cuda_and_bad_decoders_are_refused():
+    model, tokenizer = load_model("tiny-sft", device="cpu")
+    runs = [sample(model, tokenizer, PROMPTS, group_size=2, max_new_tokens=6, decoder=decoder,
+                   generator=torch.Generator().manual_seed(1)) for decoder in ("auto", "dynamic")]
+    assert torch.equal(runs[0].input_ids, runs[1].input_ids) and torch.equal(runs[0].logprobs, runs[1].logprobs)
+    with pytest.raises(ValueError, match="CUDA graph needs the model on a CUDA device"):
+        sample(model, tokenizer, PROMPTS, max_new_tokens=4, decoder="graph")
+    with pytest.raises(ValueError, match="decoder must be one of"):
+        sample(model, tokenizer, PROMPTS, max_new_tokens=4, decoder="fast")
+    with pytest.raises(ValueError, match="decoder"):
+        GRPOConfig(decoder="fast")
+    model.config._attn_implementation = "eager"  # adds the mask to the scores: a boolean mask would be wrong
+    with pytest.raises(ValueError, match="needs SDPA attention"):
+        sample(model, tokenizer, PROMPTS, max_new_tokens=4, decoder="static")
+
+
+def test_wrappers_are_seen_through_and_adamw_is_fused_only_on_cuda():
+    """torch.compile wraps lazily (nothing compiles until called), so this checks the unwrapping on CPU."""
+    model, _ = load_model("tiny", device="cpu")
+    compiled = torch.compile(model)
+    assert unwrapped(compiled) is model and cache_keyword(compiled) == cache_keyword(model)
+    assert not make_optimizer(model.parameters(), 1e-3).param_groups[0]["fused"]
 
 
 @pytest.mark.slow
@@ -183,3 +243,49 @@ def test_a_shared_prompt_pass_matches_one_pass_per_row_on_cuda():
     shared_grads = torch.autograd.grad(shared.sum(), list(model.parameters()))
     for a, b in zip(shared_grads, grads):
         torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-3)
+
+
+@cuda
+def test_graph_decoding_matches_the_dynamic_cache_on_cuda():
+    """The CUDA graph replays the static step. With the trained tiny model in float32: the same tokens as the
+    dynamic cache (its distributions are peaked, so rounding cannot flip a draw). At gpt2 size (random weights,
+    nearly flat distributions, where a rounding-level tie could flip a token): the log-probs it reports are those a
+    training forward recomputes for its tokens, in float32 and under bf16 autocast. A failed graph recording (which
+    falls back to eager steps with a warning) fails the test."""
+    from minirlhf.logprobs import response_logprobs
+    from minirlhf.precision import autocast
+
+    prompts = ["17+25=", "3+4=", "12+9=", "The acting was"] * 4
+    tiny, tokenizer = load_model("tiny-sft", device="cuda")
+    torch.manual_seed(0)
+    gpt2, gpt2_tok = random_gpt2("gpt2").cuda(), gpt2_tokenizer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for settings in ({"greedy": True}, {"temperature": 1.0}, {"temperature": 0.7, "top_k": 10, "top_p": 0.9}):
+            graph, dynamic = (
+                sample(tiny, tokenizer, prompts, group_size=8, max_new_tokens=16, decoder=decoder,
+                       generator=torch.Generator().manual_seed(0), **settings)
+                for decoder in ("auto", "dynamic")
+            )
+            assert torch.equal(graph.input_ids, dynamic.input_ids), settings
+            torch.testing.assert_close(graph.logprobs, dynamic.logprobs, atol=1e-4, rtol=0)
+        for dtype, atol in ((torch.float32, 1e-3), (torch.bfloat16, 0.1)):
+            with autocast(torch.device("cuda"), dtype):
+                graph = sample(gpt2, gpt2_tok, prompts, group_size=8, max_new_tokens=64,
+                               generator=torch.Generator().manual_seed(0))
+                logp = response_logprobs(gpt2, graph.input_ids, graph.attention_mask, graph.response_mask)
+            assert int(graph.response_mask.sum()) > 0
+            torch.testing.assert_close(logp, graph.logprobs, atol=atol, rtol=0)
+
+
+@cuda
+def test_fused_adamw_and_a_compiled_model_train_on_cuda():
+    """make_optimizer fuses AdamW on CUDA; with compile=True the training forward runs compiled while p_ref does
+    not: at step 0 p_θ = p_ref, so the DPO loss is ln 2 only if the compiled forward computes the same log-probs."""
+    model, _ = load_model("tiny", device="cuda")
+    assert make_optimizer(model.parameters(), 1e-3).param_groups[0]["fused"]
+    pairs = load_preference_pairs("sentiment", "train")[:64]
+    config = DPOConfig(device="cuda", precision="bf16", compile=True, batch_size=16, eval_prompts=0, **QUICK)
+    _, _, history = train_dpo(pairs, config)
+    losses = history.column("loss")[1]
+    assert losses[0] == pytest.approx(math.log(2), abs=2e-2) and all(math.isfinite(x) for x in losses)

@@ -38,7 +38,7 @@ STATE_FILE = "state.json"
 TRAINER_STATE_FILE = "trainer_state.pt"
 # Fields that may change between the interrupted and the resumed run without changing what it computes.
 RUN_CONTROL_FIELDS = {"steps", "out_dir", "resume", "save_every", "keep_checkpoints", "progress", "eval_every",
-                      "device", "debug", "gradient_checkpointing"}
+                      "device", "debug", "gradient_checkpointing", "compile", "decoder"}
 
 RandomSource = random.Random | torch.Generator
 

@@ -39,6 +39,7 @@ class TrainConfig:
     device: str = "auto"  # "auto" = cuda, then mps, then cpu
     precision: str = "auto"  # autocast dtype: "auto" = bf16 on a GPU (fp16 where it has no bf16), fp32 elsewhere
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
+    compile: bool = False  # torch.compile the model for the training forwards (a GPU; the first steps compile)
     eval_every: int = 10  # held-out evaluation every N steps (and at the first and last step)
     out_dir: str | None = None  # where metrics.jsonl and the final model go; None keeps everything in memory
     progress: bool = True  # tqdm progress bar
@@ -210,7 +211,9 @@ def load_policy(config: TrainConfig, model: nn.Module | None = None, tokenizer=N
 
 
 def make_optimizer(parameters: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    return torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0)
+    parameters = list(parameters)
+    fused = all(p.is_cuda for p in parameters)  # on CUDA one kernel updates every tensor, not a loop of small ones
+    return torch.optim.AdamW(parameters, lr=lr, weight_decay=0.0, fused=fused or None)
 
 
 def optimizer_step(

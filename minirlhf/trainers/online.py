@@ -19,9 +19,16 @@ from minirlhf.distributed import Runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import kl_k1, masked_sum
 from minirlhf.models import disable_dropout, frozen_copy
-from minirlhf.sampling import Rollout, sample
+from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import TrainConfig, call_reward, load_policy, require_non_negative, require_positive
+from minirlhf.trainers.common import (
+    TrainConfig,
+    call_reward,
+    load_policy,
+    require_choice,
+    require_non_negative,
+    require_positive,
+)
 
 
 @dataclass
@@ -35,11 +42,13 @@ class OnlineConfig(TrainConfig):
     beta: float = 0.04  # β: weight of the KL(p_θ || p_ref) penalty; 0 drops p_ref from memory
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
+    decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
 
     def validate(self) -> None:
         super().validate()
         require_positive(self, "prompts_per_step", "group_size", "temperature")
         require_non_negative(self, "beta")
+        require_choice(self, "decoder", DECODERS)
         if self.minibatch_size is not None:
             require_positive(self, "minibatch_size")
             if self.batch_size % self.minibatch_size:
@@ -103,7 +112,7 @@ def collect(
             policy, tokenizer, prompts, group_size=config.group_size,
             max_new_tokens=config.max_new_tokens or task.max_new_tokens,
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
-            batch_rows=runtime.sampling_rows(len(prompts) * config.group_size),
+            batch_rows=runtime.sampling_rows(len(prompts) * config.group_size), decoder=config.decoder,
         )
     device = rollout.input_ids.device
     rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions).to(device)
