@@ -37,7 +37,7 @@ from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import position_ids_from_mask
 from minirlhf.losses import bradley_terry_loss, pair_accuracy
 from minirlhf.models import ValueHead, load_model, load_tokenizer
-from minirlhf.trainers.checkpoint import Checkpointer
+from minirlhf.trainers.checkpoint import Checkpointer, release_run_folder
 from minirlhf.trainers.common import (
     TrainConfig,
     make_history,
@@ -247,6 +247,7 @@ def train_reward_model(
     if config.out_dir is not None:
         reward_model.save(Path(config.out_dir) / "reward_model")
         (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+        release_run_folder(config.out_dir)
     return reward_model, tokenizer, history
 
 
