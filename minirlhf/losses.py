@@ -22,6 +22,14 @@ anything, even inf or NaN: every function first overwrites padded entries with 0
 ``torch.where`` (a multiplication would turn ``0 * inf`` into NaN), so padding never changes a
 value, and the gradient that flows back into a padded entry is exactly 0.
 
+Empty and non-finite inputs
+---------------------------
+One rule for every function: what is computed elementwise (advantages, ``gae``, ``kl_k*``) maps an
+empty batch to an empty result; a loss, which averages over the batch, raises a ValueError naming
+the argument when it is empty (a mean over nothing is 0/0). An inf or NaN on a REAL token of a loss's
+input is an error naming the argument and the first such position, since it would turn the loss
+and every gradient into NaN; padding may hold anything, as said above.
+
 Sign conventions
 ----------------
 * ``*_loss`` functions return something to MINIMISE (the negated objective, for losses built
@@ -52,6 +60,23 @@ def _check_same_shape(**tensors: Tensor | None) -> None:
     if len(set(shapes.values())) > 1:
         listing = ", ".join(f"{name} {shape}" for name, shape in shapes.items())
         raise ValueError(f"shape mismatch: {listing} must all have the same shape")
+
+
+def _check_real_tokens(mask: Tensor | None, **tensors: Tensor | None) -> None:
+    """Raise a ValueError naming the argument that is empty, or that holds inf/NaN on a real token (mask = 1);
+    without a mask every entry counts as real."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if t.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}): a loss needs at least one sequence")
+        bad = ~torch.isfinite(t.detach())
+        if mask is not None:
+            bad = bad & mask.bool()
+        if bad.any():
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{name} holds {int(bad.sum())} inf/NaN value(s) on real tokens, first at index {first} "
+                             f"({t[first].item()})")
 
 
 def _check_positive(name: str, value: float, allow_zero: bool = False) -> None:
@@ -168,13 +193,25 @@ def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return 0.5 * kl_k1(logp, ref_logp) ** 2
 
 
+KL_K3_LINEAR_ABOVE = 20.0  # D: beyond d = D, k3 continues along its tangent (e^20 ≈ 4.9e8) instead of e^d
+
+
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """k3 = p_ref/p_θ - log(p_ref/p_θ) - 1 with y_t ~ p_θ. Unbiased (E[p_ref/p_θ] = 1) and never
     negative (e^d ≥ 1 + d). With d = log p_ref - log p_θ it is e^d - 1 - d, computed as
-    expm1(d) - d, which stays accurate when d is tiny. Returns (B, T)."""
+    expm1(d) - d, which stays accurate when d is tiny. Returns (B, T), in float32 at least.
+
+    e^d overflows float32 at d ≈ 89 (float16 at d ≈ 11). For d > D = KL_K3_LINEAR_ABOVE (a token
+    that p_ref finds e^20 times likelier than p_θ does) k3 follows its tangent at D instead:
+        k3(d) = e^D - 1 - D + (e^D - 1)(d - D)
+    continuous, convex, with the gradient it has at D, so the KL still pulls on such a token,
+    and finite for every finite input. Half-precision inputs are computed (and returned) in
+    float32, since k3 leaves float16's range at d ≈ 11."""
     _check_same_shape(logp=logp, ref_logp=ref_logp)
-    d = ref_logp - logp
-    return torch.expm1(d) - d
+    dtype = torch.promote_types(torch.promote_types(logp.dtype, ref_logp.dtype), torch.float32)
+    d = ref_logp.to(dtype) - logp.to(dtype)
+    d_low = d.clamp(max=KL_K3_LINEAR_ABOVE)  # = d up to D
+    return torch.expm1(d_low) - d_low + torch.expm1(d_low) * (d - d_low)  # the tangent's slope e^D - 1 beyond D
 
 
 # ----------------------------------------------------------------------------- REINFORCE / RLOO
@@ -192,6 +229,7 @@ def reinforce_loss(logp: Tensor, advantages: Tensor, mask: Tensor, aggregation: 
     """
     _check_same_shape(logp=logp, mask=mask)
     advantages = _per_token_advantages(advantages, mask)  # (B, T)
+    _check_real_tokens(mask, logp=logp, advantages=advantages)
     logp, advantages = _zero_padding(mask, logp, advantages)
     return -aggregate(advantages * logp, mask, aggregation)
 
@@ -227,15 +265,15 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     _check_interval("gamma", gamma, 0.0, 1.0)
     _check_interval("lam", lam, 0.0, 1.0)
     rewards, values = _zero_padding(mask, rewards, values)  # padding: r = 0, V = 0
-    next_value = torch.zeros_like(values[:, 0])  # (B,) V(s_T) = 0
-    next_adv = torch.zeros_like(values[:, 0])  # (B,)
-    advantages = []
+    next_value = values.new_zeros(values.shape[0])  # (B,) V(s_T) = 0
+    next_adv = values.new_zeros(values.shape[0])  # (B,)
+    advantages = [values.new_zeros(values.shape[0], 0)]  # (B, 0): an empty batch gives empty advantages
     for t in reversed(range(rewards.shape[1])):
         delta = rewards[:, t] + gamma * next_value - values[:, t]  # δ_t
         (next_adv,) = _zero_padding(mask[:, t], delta + gamma * lam * next_adv)  # Â_t
         next_value = values[:, t]
-        advantages.append(next_adv)
-    advantages = torch.stack(advantages[::-1], dim=1)  # (B, T)
+        advantages.append(next_adv[:, None])
+    advantages = torch.cat(advantages[::-1], dim=1)  # (B, T)
     (returns,) = _zero_padding(mask, advantages + values)
     return advantages, returns
 
@@ -273,6 +311,7 @@ def ppo_clip_loss(
     """
     _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     advantages = _per_token_advantages(advantages, mask)  # (B, T)
+    _check_real_tokens(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
     ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
     loss = -masked_mean(clipped_surrogate(ratio, advantages, eps), mask)
@@ -297,6 +336,7 @@ def value_loss(
     V_old recorded at rollout time; taking the max keeps the more pessimistic error.
     """
     _check_same_shape(values=values, old_values=old_values, returns=returns, mask=mask)
+    _check_real_tokens(mask, values=values, old_values=old_values, returns=returns)
     values, old_values, returns = _zero_padding(mask, values, old_values, returns)
     squared_error = (values - returns) ** 2  # (B, T)
     if clip is not None:
@@ -368,6 +408,7 @@ def grpo_loss(
     if advantages.shape != mask.shape[:1]:
         raise ValueError(f"advantages must be (B,) = {tuple(mask.shape[:1])}, got {tuple(advantages.shape)}")
     advantages = _per_token_advantages(advantages, mask)  # (B,) -> (B, T)
+    _check_real_tokens(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     logp, old_logp, ref_logp, advantages = _zero_padding(mask, logp, old_logp, ref_logp, advantages)
     ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
     objective = clipped_surrogate(ratio, advantages, eps)  # (B, T)
@@ -414,6 +455,13 @@ def dpo_loss(
         ref_chosen_logps=ref_chosen_logps,
         ref_rejected_logps=ref_rejected_logps,
     )
+    _check_real_tokens(
+        None,
+        policy_chosen_logps=policy_chosen_logps,
+        policy_rejected_logps=policy_rejected_logps,
+        ref_chosen_logps=ref_chosen_logps,
+        ref_rejected_logps=ref_rejected_logps,
+    )
     _check_positive("beta", beta)
     _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
     _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
@@ -439,6 +487,7 @@ def bradley_terry_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> Tensor
     ``logsigmoid`` stays finite for large negative margins where log(sigmoid(.)) gives -inf.
     """
     _check_same_shape(chosen_scores=chosen_scores, rejected_scores=rejected_scores)
+    _check_real_tokens(None, chosen_scores=chosen_scores, rejected_scores=rejected_scores)
     return -F.logsigmoid(chosen_scores - rejected_scores).mean()
 
 

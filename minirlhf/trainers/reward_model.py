@@ -32,6 +32,7 @@ from minirlhf.data import (
     encode_preference_pairs,
     encode_prompt_completion,
     load_preference_pairs,
+    validate_pairs,
 )
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import position_ids_from_mask
@@ -262,9 +263,10 @@ def resolve_pairs(train_pairs, eval_pairs, data: str) -> tuple[list[PreferencePa
             eval_pairs = load_preference_pairs(source, "test")
     if isinstance(eval_pairs, str | Path):
         eval_pairs = load_preference_pairs(eval_pairs, "test")
-    if len(train_pairs) == 0:
+    if isinstance(train_pairs, list | tuple) and len(train_pairs) == 0:
         raise ValueError("train_pairs is empty: preference training needs at least one pair")
-    return list(train_pairs), (list(eval_pairs) if eval_pairs else None)
+    train_pairs = validate_pairs(train_pairs, "train_pairs")  # the checks of the file loader, for the Python API too
+    return train_pairs, (validate_pairs(eval_pairs, "eval_pairs") if eval_pairs else None)
 
 
 def _has_split(data: str | Path, split: str) -> bool:
