@@ -194,6 +194,7 @@ def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
 
 
 KL_K3_LINEAR_ABOVE = 20.0  # D: beyond d = D, k3 continues along its tangent (e^20 ≈ 4.9e8) instead of e^d
+KL_K3_LINEAR_ABOVE_FP16 = 10.0  # D for float16 inputs: the slope e^10 ≈ 2.2e4 still fits float16 (max 65504)
 
 
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
@@ -201,16 +202,18 @@ def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     negative (e^d ≥ 1 + d). With d = log p_ref - log p_θ it is e^d - 1 - d, computed as
     expm1(d) - d, which stays accurate when d is tiny. Returns (B, T), in float32 at least.
 
-    e^d overflows float32 at d ≈ 89 (float16 at d ≈ 11). For d > D = KL_K3_LINEAR_ABOVE (a token
-    that p_ref finds e^20 times likelier than p_θ does) k3 follows its tangent at D instead:
+    e^d overflows float32 at d ≈ 89 (float16 at d ≈ 11). For d > D (KL_K3_LINEAR_ABOVE = 20: a
+    token that p_ref finds e^20 times likelier than p_θ does) k3 follows its tangent at D instead:
         k3(d) = e^D - 1 - D + (e^D - 1)(d - D)
     continuous, convex, with the gradient it has at D, so the KL still pulls on such a token,
     and finite for every finite input. Half-precision inputs are computed (and returned) in
-    float32, since k3 leaves float16's range at d ≈ 11."""
+    float32; for float16 inputs D = 10, so that the gradient flowing back into them fits too."""
     _check_same_shape(logp=logp, ref_logp=ref_logp)
+    half = torch.float16 in (logp.dtype, ref_logp.dtype)
+    bound = KL_K3_LINEAR_ABOVE_FP16 if half else KL_K3_LINEAR_ABOVE
     dtype = torch.promote_types(torch.promote_types(logp.dtype, ref_logp.dtype), torch.float32)
     d = ref_logp.to(dtype) - logp.to(dtype)
-    d_low = d.clamp(max=KL_K3_LINEAR_ABOVE)  # = d up to D
+    d_low = d.clamp(max=bound)  # = d up to D
     return torch.expm1(d_low) - d_low + torch.expm1(d_low) * (d - d_low)  # the tangent's slope e^D - 1 beyond D
 
 
