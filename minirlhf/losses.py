@@ -109,6 +109,16 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
     return rewards.view(-1, group_size)
 
 
+def _check_overflow(advantages: Tensor, rewards: Tensor) -> Tensor:
+    """Finite rewards can still overflow float32 when summed for a mean (|R| near 3.4e38): say so."""
+    if not torch.isfinite(advantages).all():
+        raise ValueError(
+            f"advantages overflow float32: rewards reach {rewards.abs().max().item():.3g}, too large to average; "
+            f"rescale the reward function (|R| within ~1e3 is plenty)"
+        )
+    return advantages
+
+
 def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
     """Replace padded entries with 0 (torch.where, so inf/NaN there cannot leak into gradients).
     A None passes through unchanged."""
@@ -248,7 +258,7 @@ def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
     """
     R = _grouped(rewards, group_size)  # (B/G, G)
     baseline = (R.sum(dim=1, keepdim=True) - R) / (group_size - 1)  # mean over j ≠ i
-    return (R - baseline).reshape(-1)
+    return _check_overflow((R - baseline).reshape(-1), rewards)
 
 
 # ----------------------------------------------------------------------------- PPO
@@ -376,7 +386,7 @@ def grpo_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps:
     elif scale == "batch":
         centred = centred / rewards.std().clamp_min(eps)
     constant = group_std < eps  # (B/G, 1)
-    return torch.where(constant, torch.zeros_like(centred), centred).reshape(-1)
+    return _check_overflow(torch.where(constant, torch.zeros_like(centred), centred).reshape(-1), rewards)
 
 
 def grpo_loss(
