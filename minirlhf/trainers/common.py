@@ -249,14 +249,13 @@ def optimizer_step(
     if scaler is not None:
         scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
-    update = 1 + max((int(s["step"]) for s in optimizer.state.values() if "step" in s), default=0)
     if scaler is None:
-        check_gradients(grad_norm, update)
+        check_gradients(grad_norm, optimizer)
         optimizer.step()
     else:
         scaler.step(optimizer)
         scaler.update()
-        check_gradients(grad_norm, update, scaler)
+        check_gradients(grad_norm, optimizer, scaler)
     optimizer.zero_grad(set_to_none=True)
     return grad_norm
 

@@ -3,7 +3,7 @@
 One inf or NaN in a gradient turns every weight it touches into NaN at the next optimizer step, and from then on
 the run trains nothing while it still "finishes". The checks here are called at the loop's few choke points:
 
-    optimizer_step   check_gradients(grad_norm, ...)   before the weights are touched
+    optimizer_step   check_gradients(grad_norm, ...)  before the weights are touched
     History.log      finite_row(row)                   metrics.jsonl stays JSON: inf/NaN -> null, flagged
     Checkpointer     check_weights(..., "checkpoint")  a non-finite model is never written, nor resumed from
     save_run         check_weights(..., "final model")
@@ -33,9 +33,9 @@ class NonFiniteError(FloatingPointError):
 
 
 def check_gradients(
-    grad_norm: torch.Tensor, update: int, scaler: torch.amp.GradScaler | None = None
+    grad_norm: torch.Tensor, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None
 ) -> None:
-    """Raise NonFiniteError when the global gradient norm of optimizer update `update` (1-based) is inf or NaN.
+    """Raise NonFiniteError when the global gradient norm of `optimizer`'s next update is inf or NaN.
 
     With an fp16 `scaler` (already updated for this step), an overflow is only an error once its scale is below 1:
     above it, the scaler skips the update and retries with a smaller scale."""
@@ -44,7 +44,8 @@ def check_gradients(
         return
     if scaler is not None and scaler.get_scale() >= 1.0:
         return
-    where = f"at optimizer update {update}"
+    done = max((int(state["step"]) for state in optimizer.state.values() if "step" in state), default=0)
+    where = f"at optimizer update {done + 1}"
     if scaler is not None:
         where += f" (the fp16 loss scale fell to {scaler.get_scale():g}: the gradient overflows even unscaled)"
     raise NonFiniteError(
