@@ -42,7 +42,7 @@ from minirlhf.trainers.checkpoint import (
     release_run_folder,
     saved_config,
 )
-from minirlhf.trainers.common import History, call_reward
+from minirlhf.trainers.common import History, call_reward, optimizer_step
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.guard import NonFiniteError, check_gradients
 from minirlhf.trainers.reward_model import resolve_pairs, train_reward_model
@@ -199,6 +199,22 @@ def test_fp16_overflow_is_left_to_the_scaler_until_its_scale_falls_below_one():
                 check_gradients(inf, optimizer, scaler)
         else:
             check_gradients(inf, optimizer, scaler)  # the scaler skips this update and retries at a lower scale
+
+
+def test_optimizer_step_skips_fp16_overflows_and_stops_once_the_scaler_cannot_recover():
+    model = torch.nn.Linear(2, 1)
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    for fires in (False, True):  # the overflow halves the scale: 2 -> 1 (skipped, retried), then 1 -> 0.5 (stop)
+        scaler.scale(model(torch.ones(1, 2)).sum()).backward()
+        model.weight.grad.fill_(float("inf"))
+        if fires:
+            with pytest.raises(NonFiniteError, match="at optimizer update 1 .the fp16 loss scale fell to 0.5"):
+                optimizer_step(optimizer, model.parameters(), 1.0, scaler)
+        else:
+            optimizer_step(optimizer, model.parameters(), 1.0, scaler)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no update was applied
 
 
 def test_non_finite_weights_are_never_written_nor_resumed(tmp_path):
