@@ -379,6 +379,8 @@ def grpo_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps:
     _check_choice("scale", scale, GRPO_SCALES)
     _check_positive("eps", eps)
     R = _grouped(rewards, group_size)  # (B/G, G)
+    if R.numel() == 0:
+        return rewards.new_zeros(0)  # no groups, no advantages (and no std of nothing)
     centred = R - R.mean(dim=1, keepdim=True)  # R_i - mean(group)
     group_std = R.std(dim=1, keepdim=True)  # (B/G, 1), sample std
     if scale == "group":

@@ -305,7 +305,7 @@ def test_elementwise_estimators_map_empty_to_empty():
     for B, T in [(0, 3), (2, 0)]:
         advantages, returns = gae(torch.zeros(B, T), torch.zeros(B, T), torch.ones(B, T), gamma=1.0, lam=0.95)
         assert advantages.shape == returns.shape == (B, T)
-    assert grpo_advantages(torch.zeros(0), 4, scale="none").shape == rloo_advantages(torch.zeros(0), 4).shape == (0,)
+    assert grpo_advantages(torch.zeros(0), 4).shape == rloo_advantages(torch.zeros(0), 4).shape == (0,)
     assert kl_k3(torch.zeros(0, 3), torch.zeros(0, 3)).shape == (0, 3)
 
 
