@@ -13,8 +13,8 @@ logs the same metrics and ends with bit-identical weights.
 Safety: a checkpoint is written into a temporary folder next to its final place and renamed into place only
 when complete (`os.replace`), so a folder named step-N is always whole. Loading unpickles nothing: weights come
 from safetensors, the rest from `torch.load(weights_only=True)` and JSON. A checkpoint damaged later (a truncated
-file, invalid JSON) or holding inf/NaN weights is refused before anything is loaded from it, with the previous
-intact checkpoint named; one with inf/NaN weights is never written (`guard`).
+file, invalid JSON) is refused before anything is loaded from it, one holding inf/NaN weights before the run
+starts, each with the previous intact checkpoint named; one with inf/NaN weights is never written (`guard`).
 
 One folder, one run: a run holds its out_dir for as long as it trains (`hold_run_folder`, a lock file naming
 its process), a resumed run writes into the folder it resumes from, and a fresh run refuses a folder that already
