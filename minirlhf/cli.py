@@ -66,11 +66,14 @@ def given_fields(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 
 def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str] = frozenset()):
     """Build (and so validate) the config from parsed flags. With `--resume`, the interrupted run's own config is
-    the starting point and only the flags in `given` change it (e.g. `--steps 400` to train longer)."""
+    the starting point and only the flags in `given` change it (e.g. `--steps 400` to train longer); its out_dir
+    is the folder of the checkpoint resumed from, wherever that folder is now."""
     from minirlhf.trainers.checkpoint import saved_config
 
     names = {f.name for f in dataclasses.fields(config_cls)}
     values = {k: v for k, v in vars(args).items() if k in names}
     if values.get("resume"):
-        values = saved_config(values["resume"]) | {k: values[k] for k in given | {"resume"} if k in names}
+        saved = saved_config(values["resume"])
+        saved.pop("out_dir", None)  # where it wrote before a move: it now writes in the folder it resumes from
+        values = saved | {k: values[k] for k in given | {"resume"} if k in names}
     return config_cls.from_dict(values)

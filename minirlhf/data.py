@@ -207,6 +207,17 @@ def check_pair_lengths(
         )
 
 
+def validate_pairs(pairs: object, where: str) -> list[PreferencePair]:
+    """The Python API's pairs, checked like a file's rows: a list of `PreferencePair`s or of dicts with the fields
+    prompt / chosen / rejected (or HH-style chosen / rejected), each a non-empty string, chosen != rejected. A bad
+    item is a ValueError naming `where` (the argument), the item's index and the field."""
+    if isinstance(pairs, str | bytes | dict | PreferencePair) or not isinstance(pairs, list | tuple):
+        raise ValueError(f"{where} must be a list of PreferencePair (or of dicts with prompt/chosen/rejected), "
+                         f"got {type(pairs).__name__}")
+    rows = [asdict(p) if isinstance(p, PreferencePair) else p for p in pairs]
+    return _collect(enumerate(rows), where, "item", skip_invalid=False)
+
+
 def save_preference_pairs(pairs: list[PreferencePair], path: str | os.PathLike) -> Path:
     """Write pairs as JSONL with the standard columns prompt / chosen / rejected."""
     path = Path(path)
@@ -318,7 +329,14 @@ def _rows_from_datasets(source: str, split: str, local: bool) -> list[dict]:
             if builder is None:
                 raise ValueError(f"{path}: unknown preference file type {path.suffix!r}; use .jsonl, .json, .csv "
                                  f"or .parquet")
-            return list(datasets.load_dataset(builder, data_files=str(path), split="train"))
+            try:
+                return list(datasets.load_dataset(builder, data_files=str(path), split="train"))
+            except Exception as err:  # datasets wraps the parser's error in a DatasetGenerationError
+                cause = err
+                while cause.__cause__ is not None or cause.__context__ is not None:
+                    cause = cause.__cause__ or cause.__context__
+                raise ValueError(f"{path} cannot be read as a {path.suffix} file of preference rows: "
+                                 f"{type(cause).__name__}: {str(cause)[:200]}") from err
         return list(datasets.load_dataset(str(path), split=split))
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     if os.environ.get("HF_HUB_OFFLINE") or not hub_reachable(endpoint):

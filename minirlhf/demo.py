@@ -28,7 +28,7 @@ def run_demo(out_dir: str | Path = "outputs/demo", quick: bool = False, progress
 
     t0 = time.time()
     grpo_config = GRPOConfig(steps=3 if quick else GRPOConfig.steps, eval_every=1 if quick else 20,
-                             progress=progress, out_dir=str(out / "grpo"))
+                             progress=progress, out_dir=str(out / "grpo"), overwrite=True)  # the demo redoes its runs
     _, _, grpo_history = train_grpo(arithmetic.task(), grpo_config)
     rows.append({
         "method": "GRPO", "task": "arithmetic (held-out exact match)",
@@ -39,7 +39,7 @@ def run_demo(out_dir: str | Path = "outputs/demo", quick: bool = False, progress
     t0 = time.time()
     dpo_config = DPOConfig(steps=3 if quick else DPOConfig.steps, eval_every=2 if quick else DPOConfig.eval_every,
                            eval_prompts=10 if quick else DPOConfig.eval_prompts, progress=progress,
-                           out_dir=str(out / "dpo"))
+                           out_dir=str(out / "dpo"), overwrite=True)
     _, _, dpo_history = train_dpo(None, dpo_config)
     evals = [r for r in dpo_history if "eval/sentiment" in r]
     rows.append({

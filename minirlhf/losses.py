@@ -22,6 +22,14 @@ anything, even inf or NaN: every function first overwrites padded entries with 0
 ``torch.where`` (a multiplication would turn ``0 * inf`` into NaN), so padding never changes a
 value, and the gradient that flows back into a padded entry is exactly 0.
 
+Empty and non-finite inputs
+---------------------------
+One rule for every function: what is computed elementwise (advantages, ``gae``, ``kl_k*``) maps an
+empty batch to an empty result; a loss, which averages over the batch, raises a ValueError naming
+the argument when it is empty (a mean over nothing is 0/0). An inf or NaN on a REAL token of a loss's
+input is an error naming the argument and the first such position, since it would turn the loss
+and every gradient into NaN; padding may hold anything, as said above.
+
 Sign conventions
 ----------------
 * ``*_loss`` functions return something to MINIMISE (the negated objective, for losses built
@@ -56,6 +64,23 @@ def _check_same_shape(**tensors: Tensor | None) -> None:
         raise ValueError(f"shape mismatch: {listing} must all have the same shape")
 
 
+def _check_real_tokens(mask: Tensor | None, **tensors: Tensor | None) -> None:
+    """Raise a ValueError naming the argument that is empty, or that holds inf/NaN on a real token (mask = 1);
+    without a mask every entry counts as real."""
+    for name, t in tensors.items():
+        if t is None:
+            continue
+        if t.numel() == 0:
+            raise ValueError(f"{name} is empty (shape {tuple(t.shape)}): a loss needs at least one sequence")
+        bad = ~torch.isfinite(t.detach())
+        if mask is not None:
+            bad = bad & mask.bool()
+        if bad.any():
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            raise ValueError(f"{name} holds {int(bad.sum())} inf/NaN value(s) on real tokens, first at index {first} "
+                             f"({t[first].item()})")
+
+
 def _check_positive(name: str, value: float, allow_zero: bool = False) -> None:
     ok = value >= 0 if allow_zero else value > 0  # written so that NaN fails too
     if not ok:
@@ -84,6 +109,16 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
             f"got {group_size!r}"
         )
     return rewards.view(-1, group_size)
+
+
+def _check_overflow(advantages: Tensor, rewards: Tensor) -> Tensor:
+    """Finite rewards can still overflow float32 when summed for a mean (|R| near 3.4e38): say so."""
+    if not torch.isfinite(advantages).all():
+        raise ValueError(
+            f"advantages overflow float32: rewards reach {rewards.abs().max().item():.3g}, too large to average; "
+            f"rescale the reward function (|R| within ~1e3 is plenty)"
+        )
+    return advantages
 
 
 def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -170,13 +205,28 @@ def kl_k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
     return 0.5 * kl_k1(logp, ref_logp) ** 2
 
 
+KL_K3_LINEAR_ABOVE = 20.0  # D: beyond d = D, k3 continues along its tangent (e^20 ≈ 4.9e8) instead of e^d
+KL_K3_LINEAR_ABOVE_FP16 = 10.0  # D for float16 inputs: the slope e^10 ≈ 2.2e4 still fits float16 (max 65504)
+
+
 def kl_k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
     """k3 = p_ref/p_θ - log(p_ref/p_θ) - 1 with y_t ~ p_θ. Unbiased (E[p_ref/p_θ] = 1) and never
     negative (e^d ≥ 1 + d). With d = log p_ref - log p_θ it is e^d - 1 - d, computed as
-    expm1(d) - d, which stays accurate when d is tiny. Returns (B, T)."""
+    expm1(d) - d, which stays accurate when d is tiny. Returns (B, T), in float32 at least.
+
+    e^d overflows float32 at d ≈ 89 (float16 at d ≈ 11). For d > D (KL_K3_LINEAR_ABOVE = 20: a
+    token that p_ref finds e^20 times likelier than p_θ does) k3 follows its tangent at D instead:
+        k3(d) = e^D - 1 - D + (e^D - 1)(d - D)
+    continuous, convex, with the gradient it has at D, so the KL still pulls on such a token,
+    and finite for every finite input. Half-precision inputs are computed (and returned) in
+    float32; for float16 inputs D = 10, so that the gradient flowing back into them fits too."""
     _check_same_shape(logp=logp, ref_logp=ref_logp)
-    d = ref_logp - logp
-    return torch.expm1(d) - d
+    half = torch.float16 in (logp.dtype, ref_logp.dtype)
+    bound = KL_K3_LINEAR_ABOVE_FP16 if half else KL_K3_LINEAR_ABOVE
+    dtype = torch.promote_types(torch.promote_types(logp.dtype, ref_logp.dtype), torch.float32)
+    d = ref_logp.to(dtype) - logp.to(dtype)
+    d_low = d.clamp(max=bound)  # = d up to D
+    return torch.expm1(d_low) - d_low + torch.expm1(d_low) * (d - d_low)  # the tangent's slope e^D - 1 beyond D
 
 
 # ----------------------------------------------------------------------------- REINFORCE / RLOO
@@ -194,6 +244,7 @@ def reinforce_loss(logp: Tensor, advantages: Tensor, mask: Tensor, aggregation: 
     """
     _check_same_shape(logp=logp, mask=mask)
     advantages = _per_token_advantages(advantages, mask)  # (B, T)
+    _check_real_tokens(mask, logp=logp, advantages=advantages)
     logp, advantages = _zero_padding(mask, logp, advantages)
     return -aggregate(advantages * logp, mask, aggregation)
 
@@ -209,7 +260,7 @@ def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
     """
     R = _grouped(rewards, group_size)  # (B/G, G)
     baseline = (R.sum(dim=1, keepdim=True) - R) / (group_size - 1)  # mean over j ≠ i
-    return (R - baseline).reshape(-1)
+    return _check_overflow((R - baseline).reshape(-1), rewards)
 
 
 # ----------------------------------------------------------------------------- PPO
@@ -229,15 +280,15 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     _check_interval("gamma", gamma, 0.0, 1.0)
     _check_interval("lam", lam, 0.0, 1.0)
     rewards, values = _zero_padding(mask, rewards, values)  # padding: r = 0, V = 0
-    next_value = torch.zeros_like(values[:, 0])  # (B,) V(s_T) = 0
-    next_adv = torch.zeros_like(values[:, 0])  # (B,)
-    advantages = []
+    next_value = values.new_zeros(values.shape[0])  # (B,) V(s_T) = 0
+    next_adv = values.new_zeros(values.shape[0])  # (B,)
+    advantages = [values.new_zeros(values.shape[0], 0)]  # (B, 0): an empty batch gives empty advantages
     for t in reversed(range(rewards.shape[1])):
         delta = rewards[:, t] + gamma * next_value - values[:, t]  # δ_t
         (next_adv,) = _zero_padding(mask[:, t], delta + gamma * lam * next_adv)  # Â_t
         next_value = values[:, t]
-        advantages.append(next_adv)
-    advantages = torch.stack(advantages[::-1], dim=1)  # (B, T)
+        advantages.append(next_adv[:, None])
+    advantages = torch.cat(advantages[::-1], dim=1)  # (B, T)
     (returns,) = _zero_padding(mask, advantages + values)
     return advantages, returns
 
@@ -275,6 +326,7 @@ def ppo_clip_loss(
     """
     _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     advantages = _per_token_advantages(advantages, mask)  # (B, T)
+    _check_real_tokens(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
     ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
     loss = -masked_mean(clipped_surrogate(ratio, advantages, eps), mask)
@@ -299,6 +351,7 @@ def value_loss(
     V_old recorded at rollout time; taking the max keeps the more pessimistic error.
     """
     _check_same_shape(values=values, old_values=old_values, returns=returns, mask=mask)
+    _check_real_tokens(mask, values=values, old_values=old_values, returns=returns)
     values, old_values, returns = _zero_padding(mask, values, old_values, returns)
     squared_error = (values - returns) ** 2  # (B, T)
     if clip is not None:
@@ -328,6 +381,8 @@ def grpo_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps:
     _check_choice("scale", scale, GRPO_SCALES)
     _check_positive("eps", eps)
     R = _grouped(rewards, group_size)  # (B/G, G)
+    if R.numel() == 0:
+        return rewards.new_zeros(0)  # no groups, no advantages (and no std of nothing)
     centred = R - R.mean(dim=1, keepdim=True)  # R_i - mean(group)
     group_std = R.std(dim=1, keepdim=True)  # (B/G, 1), sample std
     if scale == "group":
@@ -335,7 +390,7 @@ def grpo_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps:
     elif scale == "batch":
         centred = centred / rewards.std().clamp_min(eps)
     constant = group_std < eps  # (B/G, 1)
-    return torch.where(constant, torch.zeros_like(centred), centred).reshape(-1)
+    return _check_overflow(torch.where(constant, torch.zeros_like(centred), centred).reshape(-1), rewards)
 
 
 def grpo_loss(
@@ -370,6 +425,7 @@ def grpo_loss(
     if advantages.shape != mask.shape[:1]:
         raise ValueError(f"advantages must be (B,) = {tuple(mask.shape[:1])}, got {tuple(advantages.shape)}")
     advantages = _per_token_advantages(advantages, mask)  # (B,) -> (B, T)
+    _check_real_tokens(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     logp, old_logp, ref_logp, advantages = _zero_padding(mask, logp, old_logp, ref_logp, advantages)
     ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
     objective = clipped_surrogate(ratio, advantages, eps)  # (B, T)
@@ -416,6 +472,13 @@ def dpo_loss(
         ref_chosen_logps=ref_chosen_logps,
         ref_rejected_logps=ref_rejected_logps,
     )
+    _check_real_tokens(
+        None,
+        policy_chosen_logps=policy_chosen_logps,
+        policy_rejected_logps=policy_rejected_logps,
+        ref_chosen_logps=ref_chosen_logps,
+        ref_rejected_logps=ref_rejected_logps,
+    )
     _check_positive("beta", beta)
     _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
     _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
@@ -441,6 +504,7 @@ def bradley_terry_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> Tensor
     ``logsigmoid`` stays finite for large negative margins where log(sigmoid(.)) gives -inf.
     """
     _check_same_shape(chosen_scores=chosen_scores, rejected_scores=rejected_scores)
+    _check_real_tokens(None, chosen_scores=chosen_scores, rejected_scores=rejected_scores)
     return -F.logsigmoid(chosen_scores - rejected_scores).mean()
 
 

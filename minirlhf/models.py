@@ -84,13 +84,15 @@ def load_model(
     device: str | torch.device = "auto",
     dtype: torch.dtype | None = None,
     trust_remote_code: bool = False,
+    allow_pickle: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) by short name ('tiny', 'tiny-sft'), local folder or hub name, or 'random:<size>'
     (e.g. 'random:gpt2', see `minirlhf.gpt2`): a GPT-2 of that size with random weights and the real tokenizer.
 
     Hub names are tried only when the name is not a local folder; offline this fails fast with a clear error
-    instead of hanging on the network. Weights are read from safetensors; `trust_remote_code` stays off unless
-    asked for.
+    instead of hanging on the network. Weights are read from safetensors, for every source (a pickled
+    `pytorch_model.bin` could run code when loaded); `allow_pickle=True` lets a model that has only such a file load
+    (safetensors still win where both exist). `trust_remote_code` stays off unless asked for.
     """
     tokenizer = load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
     if str(name_or_path).startswith(RANDOM_PREFIX):
@@ -98,7 +100,8 @@ def load_model(
     else:
         source, local = _resolve_source(name_or_path)
         model = _from_pretrained(
-            AutoModelForCausalLM, source, local, trust_remote_code, dtype=dtype or torch.float32, use_safetensors=local
+            AutoModelForCausalLM, source, local, trust_remote_code, dtype=dtype or torch.float32,
+            use_safetensors=None if allow_pickle else True,  # None: safetensors if present, else the pickle
         )
     check_tokenizer(model, tokenizer, name=str(name_or_path))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -145,6 +148,9 @@ def use_fused_gelu(model: nn.Module) -> nn.Module:
     return model
 
 
+_PICKLE_HINT = " as safetensors (a cached pickle, pytorch_model.bin, is loaded only with allow_pickle=True)"
+
+
 def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **kwargs):
     if local:
         return cls.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
@@ -157,8 +163,8 @@ def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **k
         # fail in seconds instead of a minute of retries inside huggingface_hub
         raise OSError(
             f"cannot load {source!r}: the Hugging Face hub ({endpoint}) is not reachable from this machine and the "
-            f"model is not in the local cache. Use a local `save_pretrained` folder or a shipped model: "
-            f"{sorted(SHIPPED)}"
+            f"model is not in the local cache{_PICKLE_HINT if kwargs.get('use_safetensors') else ''}. Use a local "
+            f"`save_pretrained` folder or a shipped model: {sorted(SHIPPED)}"
         )
     return cls.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
 

@@ -22,7 +22,8 @@ from torch import nn
 
 from minirlhf.models import check_tokenizer, load_model
 from minirlhf.precision import PRECISIONS
-from minirlhf.trainers.checkpoint import run_folder
+from minirlhf.trainers.checkpoint import release_run_folder, run_folder
+from minirlhf.trainers.guard import check_gradients, check_weights, finite_row
 
 RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
 
@@ -46,6 +47,7 @@ class TrainConfig:
     save_every: int = 0  # write a checkpoint to <out_dir>/checkpoints/ every N steps; 0 = never
     keep_checkpoints: int = 2  # the newest N checkpoints are kept, older ones deleted
     resume: str | None = None  # continue from a checkpoint folder, or from a run's out_dir (its latest checkpoint)
+    overwrite: bool = False  # a fresh run may delete the results of an earlier run in out_dir (else: an error)
 
     def __post_init__(self) -> None:
         if self.resume is not None and self.out_dir is None:
@@ -157,11 +159,11 @@ class History(list):
             os.replace(tmp, self.path)  # never a half-written metrics file
 
     def log(self, step: int, **metrics: float) -> dict[str, Any]:
-        row = {"step": step, **{k: _plain(v) for k, v in metrics.items()}}
+        row = finite_row({"step": step, **{k: _plain(v) for k, v in metrics.items()}})  # inf/NaN -> None, flagged
         self.append(row)
         if self.path is not None:
             with self.path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+                f.write(json.dumps(row, allow_nan=False) + "\n")
         for callback in self.callbacks:
             callback(self)
         return row
@@ -190,16 +192,36 @@ def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str],
     rewards = reward_fn(prompts, completions, **columns)
     if rewards is None:
         raise ValueError(f"reward function {name} returned None instead of a list of {len(completions)} floats")
-    rewards = list(rewards.tolist() if isinstance(rewards, torch.Tensor | np.ndarray) else rewards)
+    if isinstance(rewards, torch.Tensor | np.ndarray):
+        rewards = rewards.tolist()
+    if isinstance(rewards, numbers.Number | str) or not isinstance(rewards, Iterable):
+        raise ValueError(f"reward function {name} returned a single {type(rewards).__name__} ({rewards!r}) instead "
+                         f"of a list of {len(completions)} floats, one per completion")
+    rewards = list(rewards)
     if len(rewards) != len(completions):
         raise ValueError(f"reward function {name} returned {len(rewards)} rewards for {len(completions)} completions")
     for i, r in enumerate(rewards):
-        if r is None or not isinstance(r, int | float) or not math.isfinite(r):
+        r = _plain(r)  # a numpy or 0-d torch number counts as a number
+        # float32 is what the losses compute in: a reward beyond its range (±3.4e38) would become inf there
+        if r is None or not isinstance(r, int | float) or not _fits_float32(r):
             raise ValueError(
-                f"reward function {name} returned {r!r} for completion {i} ({completions[i]!r}); "
-                "every reward must be a finite number"
+                f"reward function {name} returned {_short(r)} for completion {i} ({completions[i]!r}); "
+                "every reward must be a finite number within float32's range (|R| < 3.4e38)"
             )
+        rewards[i] = float(r)
     return torch.tensor(rewards, dtype=torch.float32)
+
+
+def _fits_float32(value: int | float) -> bool:
+    try:
+        return math.isfinite(value) and abs(float(value)) <= torch.finfo(torch.float32).max
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def load_policy(config: TrainConfig, model: nn.Module | None = None, tokenizer=None) -> tuple[nn.Module, Any]:
@@ -225,15 +247,18 @@ def optimizer_step(
     """Clip the global gradient norm, step, clear the gradients. Returns the norm before clipping (a tensor).
 
     With an fp16 `scaler` (`Runtime.scaler`), the gradients are unscaled first, so that clipping sees the true
-    norm, and the step is skipped when a gradient overflowed (the scaler then lowers its scale)."""
+    norm, and the step is skipped when a gradient overflowed (the scaler then lowers its scale). A non-finite norm
+    that no scaler will fix raises `guard.NonFiniteError` before the weights are touched."""
     if scaler is not None:
         scaler.unscale_(optimizer)
     grad_norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm)
     if scaler is None:
+        check_gradients(grad_norm, optimizer)
         optimizer.step()
     else:
         scaler.step(optimizer)
         scaler.update()
+        check_gradients(grad_norm, optimizer, scaler)
     optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
@@ -258,14 +283,17 @@ def progress(iterable, enabled: bool, desc: str):
 
 
 def save_run(model, tokenizer, config: TrainConfig, history: History) -> Path | None:
-    """Write the final model (safetensors) and config to config.out_dir; metrics are already in metrics.jsonl."""
+    """Write the final model (safetensors) and config to config.out_dir; metrics are already in metrics.jsonl.
+    A model with inf/NaN weights is refused (`guard.NonFiniteError`). The run's hold on out_dir ends here."""
     if config.out_dir is None:
         return None
+    check_weights({"model": model}, "the final model")
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    release_run_folder(out)
     return out
 
 

@@ -49,6 +49,8 @@ class OnlineConfig(TrainConfig):
         require_positive(self, "prompts_per_step", "group_size", "temperature")
         require_non_negative(self, "beta")
         require_choice(self, "decoder", DECODERS)
+        if self.max_new_tokens is not None:
+            require_positive(self, "max_new_tokens")  # 0 is refused, not read as "the task's default" (None)
         if self.minibatch_size is not None:
             require_positive(self, "minibatch_size")
             if self.batch_size % self.minibatch_size:
@@ -110,7 +112,7 @@ def collect(
     with runtime.autocast():
         rollout = sample(
             policy, tokenizer, prompts, group_size=config.group_size,
-            max_new_tokens=config.max_new_tokens or task.max_new_tokens,
+            max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
             batch_rows=runtime.sampling_rows(len(prompts) * config.group_size), decoder=config.decoder,
         )

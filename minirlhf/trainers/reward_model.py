@@ -32,12 +32,13 @@ from minirlhf.data import (
     encode_preference_pairs,
     encode_prompt_completion,
     load_preference_pairs,
+    validate_pairs,
 )
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import position_ids_from_mask
 from minirlhf.losses import bradley_terry_loss, pair_accuracy
 from minirlhf.models import ValueHead, load_model, load_tokenizer
-from minirlhf.trainers.checkpoint import Checkpointer
+from minirlhf.trainers.checkpoint import Checkpointer, release_run_folder
 from minirlhf.trainers.common import (
     TrainConfig,
     make_history,
@@ -247,6 +248,7 @@ def train_reward_model(
     if config.out_dir is not None:
         reward_model.save(Path(config.out_dir) / "reward_model")
         (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+        release_run_folder(config.out_dir)
     return reward_model, tokenizer, history
 
 
@@ -261,9 +263,10 @@ def resolve_pairs(train_pairs, eval_pairs, data: str) -> tuple[list[PreferencePa
             eval_pairs = load_preference_pairs(source, "test")
     if isinstance(eval_pairs, str | Path):
         eval_pairs = load_preference_pairs(eval_pairs, "test")
-    if len(train_pairs) == 0:
+    if isinstance(train_pairs, list | tuple) and len(train_pairs) == 0:
         raise ValueError("train_pairs is empty: preference training needs at least one pair")
-    return list(train_pairs), (list(eval_pairs) if eval_pairs else None)
+    train_pairs = validate_pairs(train_pairs, "train_pairs")  # the checks of the file loader, for the Python API too
+    return train_pairs, (validate_pairs(eval_pairs, "eval_pairs") if eval_pairs else None)
 
 
 def _has_split(data: str | Path, split: str) -> bool:
