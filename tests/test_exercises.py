@@ -74,12 +74,28 @@ def test_every_exercise_has_a_tagged_stub_and_fill_solutions_replaces_it():
         for cell in nb["cells"]:
             for tag in cell["metadata"].get("tags", []):
                 if tag.startswith(exercises.TAG_PREFIX):
-                    tagged[tag[len(exercises.TAG_PREFIX):]] = (path, cell)
+                    tagged[tag[len(exercises.TAG_PREFIX):]] = (path, "".join(cell["source"]))
         exercises.fill_solutions(nb)
         for cell in nb["cells"]:
             if any(t.startswith(exercises.TAG_PREFIX) for t in cell["metadata"].get("tags", [])):
                 assert "NotImplementedError" not in cell["source"]
     assert sorted(tagged) == sorted(IDS)
-    for exercise_id, (path, cell) in tagged.items():
-        source = "".join(cell["source"])
-        assert "raise NotImplementedError" in source and f"def {exercises.EXERCISES[exercise_id].stub}(" in source
+    for exercise_id, (path, source) in tagged.items():
+        assert "raise NotImplementedError" in source, path.name
+        assert f"def {exercises.EXERCISES[exercise_id].stub}(" in source, path.name
+
+
+def test_run_all_shows_each_stub_not_implemented_and_never_the_answer(capsys):
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        for i, cell in enumerate(cells):
+            tags = [t for t in cell["metadata"].get("tags", []) if t.startswith(exercises.TAG_PREFIX)]
+            if not tags:
+                continue
+            exercise_id = tags[0][len(exercises.TAG_PREFIX):]
+            namespace: dict = {}
+            exec("".join(cell["source"]), namespace)  # noqa: S102 -- the notebook's own stub
+            exec("".join(cells[i + 1]["source"]), namespace)  # noqa: S102 -- and its check cell
+            out = capsys.readouterr().out
+            assert f"{exercise_id}: not implemented yet" in out, (path.name, exercise_id)
+            assert exercises.solution_source(exercise_id) not in out
