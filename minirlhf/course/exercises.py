@@ -574,7 +574,7 @@ EXERCISES_LIST = [
         ),
     ),
     Exercise(
-        "k3-estimator", "grpo", "k3", losses.kl_k3, _k3_cases,
+        "k3-estimator", "grpo", "k3_estimate", losses.kl_k3, _k3_cases,
         (
             Mistake("ratio upside down", _k3_upside_down,
                     "the ratio is upside down: k3 uses p_ref/p_θ (samples come from p_θ, so E[p_ref/p_θ] = 1)."),

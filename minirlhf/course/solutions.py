@@ -77,7 +77,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return torch.where(std < 1e-4, torch.zeros_like(R), centred / std.clamp_min(1e-4)).reshape(-1)
 
 
-def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+def k3_estimate(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """k3 = p_ref/p_θ - log(p_ref/p_θ) - 1 per token, from log-probabilities."""
     log_ratio = ref_logp - logp  # log p_ref/p_θ
     return torch.exp(log_ratio) - log_ratio - 1

@@ -337,7 +337,7 @@ def test_voila_slider_redraws(voila_server, page):
 EXERCISE_NOTEBOOK = "04_grpo.ipynb"
 EXERCISE_ID = "k3-estimator"
 # The classic mistake to type first: k1 in place of k3, which the checker recognises by name.
-WRONG_K3 = "import torch\n\n\ndef k3(logp, ref_logp):\n    return logp - ref_logp\n"
+WRONG_K3 = "import torch\n\n\ndef k3_estimate(logp, ref_logp):\n    return logp - ref_logp\n"
 
 
 def code_cell(page, text: str):
