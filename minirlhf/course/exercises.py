@@ -658,21 +658,21 @@ def _as_outputs(result: Any) -> tuple[torch.Tensor, ...]:
 
 
 def _run(fn: Callable[..., Any], case: Case, grad_inputs: Sequence[str]) -> Outcome:
+    """Call fn on fresh copies of the case's inputs; the outputs and the gradients of the first output's sum."""
     wanted = grad_inputs if case.check_grad else ()
     inputs = _fresh_inputs(case, wanted)
     try:
         outputs = _as_outputs(fn(**inputs))
+        grads = {}
+        for name in wanted:
+            grad = None
+            if outputs[0].requires_grad:
+                (grad,) = torch.autograd.grad(outputs[0].sum(), inputs[name], allow_unused=True, retain_graph=True)
+            grads[name] = torch.zeros_like(inputs[name]) if grad is None else grad.detach().to(DTYPE)
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 -- any error of the student's code is reported, not raised
         return Outcome(None, {}, error)
-    grads = {}
-    for name in wanted:
-        first = outputs[0]
-        grad = None
-        if first.requires_grad:
-            (grad,) = torch.autograd.grad(first.sum(), inputs[name], allow_unused=True, retain_graph=True)
-        grads[name] = torch.zeros_like(inputs[name]) if grad is None else grad.detach().to(DTYPE)
     return Outcome(tuple(o.detach() for o in outputs), grads)
 
 
