@@ -3,9 +3,11 @@
 Every `notebooks/*.ipynb` is picked up automatically (sorted), so a new notebook is tested as soon as it exists.
 
 The execution test runs each notebook in a fresh kernel with MINIRLHF_QUICK=1 (tiny training budgets) and the
-notebooks folder as working directory. The kernel is launched with this test's own interpreter (`sys.executable`,
-through a throw-away kernelspec on JUPYTER_PATH), so it sees exactly the environment the tests run in, whatever
-other "python3" kernels the machine knows about. Run them alone with `pytest -m slow tests/test_notebooks.py`.
+notebooks folder as working directory, with every implement-it exercise solved (exercises.fill_solutions) and its
+check strict (MINIRLHF_EXERCISES_STRICT=1), so a solution that fails its check fails the test. The kernel is
+launched with this test's own interpreter (`sys.executable`, through a throw-away kernelspec on JUPYTER_PATH), so it
+sees exactly the environment the tests run in, whatever other "python3" kernels the machine knows about. Run them
+alone with `pytest -m slow tests/test_notebooks.py`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from minirlhf.course import exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -83,7 +87,8 @@ def test_notebook_runs_top_to_bottom(path, kernel_name, monkeypatch):
 
     monkeypatch.setenv("MINIRLHF_QUICK", "1")  # every training cell switches to a tiny budget
     monkeypatch.setenv("TQDM_DISABLE", "1")
-    nb = nbformat.read(path, as_version=4)
+    monkeypatch.setenv(exercises.STRICT_ENV, "1")  # a check that fails raises, and so fails this test
+    nb = exercises.fill_solutions(nbformat.read(path, as_version=4))
     nb.cells.append(nbformat.v4.new_code_cell(CHECK_ENVIRONMENT))
     client = NotebookClient(
         nb,

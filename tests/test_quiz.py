@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -184,3 +187,69 @@ def test_grpo_all_same_explanation_matches_the_code():
     assert float(re.search(r"eps = ([0-9.e-]+)", explanation).group(1)) == eps  # the threshold the code uses
     assert "added to the std" not in explanation
     assert (losses.grpo_advantages(torch.tensor([1.0, 1.0 + eps / 10, 1.0, 1.0]), 4) == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The bank as a whole: answerable by understanding only, not by test-taking habits
+# ---------------------------------------------------------------------------------------------------------
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+MAX_SHARE = 0.35
+
+
+def test_no_letter_is_the_answer_of_more_than_35_percent():
+    counts = Counter(q.answer for q in quiz.QUESTIONS_LIST)
+    letter, count = counts.most_common(1)[0]
+    assert count <= MAX_SHARE * len(quiz.QUESTIONS_LIST), f"{letter} answers {count} of {len(quiz.QUESTIONS_LIST)}"
+
+
+def test_the_answer_is_the_longest_option_in_at_most_35_percent():
+    longest = [q.id for q in quiz.QUESTIONS_LIST
+               if len(q.options[q.answer]) == max(len(text) for text in q.options.values())]
+    assert len(longest) <= MAX_SHARE * len(quiz.QUESTIONS_LIST), longest
+
+
+def test_options_are_shuffled_with_a_fixed_seed_and_keep_their_answer():
+    rows = {row["id"]: row for row in json.loads(quiz.QUESTIONS_FILE.read_text(encoding="utf-8"))}
+    assert quiz.load_questions() == quiz.QUESTIONS_LIST  # the same letters on every load
+    moved = 0
+    for q in quiz.QUESTIONS_LIST:
+        row = rows[q.id]
+        assert sorted(q.options.values()) == sorted(row["options"].values())
+        assert q.options[q.answer] == row["options"][row["answer"]]
+        moved += list(q.options.values()) != [row["options"][k] for k in sorted(row["options"])]
+        if q.source == "lecture":  # the slides' letters
+            assert q.options == row["options"] and q.answer == row["answer"]
+    assert moved > len(quiz.QUESTIONS_LIST) / 2
+
+
+def _asked_in_notebooks() -> Counter:
+    asked = Counter()
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            if cell["cell_type"] == "code":
+                source = "".join(cell["source"])
+                asked.update(set(re.findall(r'quiz\.(?:ask|format_question)\("([a-z0-9-]+)"\)', source)))
+    return asked
+
+
+def test_every_question_is_asked_in_exactly_one_notebook_cell():
+    asked = _asked_in_notebooks()
+    assert {quiz_id: n for quiz_id, n in asked.items() if n > 1} == {}
+    assert sorted(asked) == sorted(quiz.QUESTIONS)
+
+
+def test_no_notebook_prefills_an_answer_letter():
+    """The "No widgets?" line and the plain-code example show no letter, so none of them can be right by chance."""
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            source = "".join(cell["source"])
+            letters = re.findall(r'quiz\.check\("[a-z0-9-]+", "([A-Za-z])"\)', source)
+            assert not letters, f"{path.name}: {source}"
+
+
+def test_new_conceptual_questions_are_in_the_bank():
+    for quiz_id, topic in (("dpo-z-cancels", "dpo"), ("grpo-k3-gradient", "grpo"), ("ppo-critic-bias", "ppo"),
+                           ("grpo-vs-rloo", "grpo")):
+        assert quiz.QUESTIONS[quiz_id].topic == topic
+    assert "KL(p_ref ‖ p_θ)" in quiz.QUESTIONS["grpo-k3-gradient"].options[quiz.QUESTIONS["grpo-k3-gradient"].answer]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,10 +42,25 @@ class Question:
 
 QUESTIONS_FILE = Path(__file__).with_name("questions.json")
 SOURCES = ("lecture", "new")
+# The file is written with the answer wherever its author put it; load_questions shuffles each question's options
+# (seeded by SHUFFLE_SEED and the question's id, so the letters never change between runs) and letters them again
+# A, B, C, ... The lecture's own quizzes keep the slides' letters. tests/test_quiz.py checks that no letter is the
+# answer of more than 35% of the questions.
+SHUFFLE_SEED = 11
+
+
+def shuffle_options(row: dict, seed: int = SHUFFLE_SEED) -> dict:
+    """The question with its options in a fixed pseudo-random order, lettered A, B, C, ... again."""
+    texts = [row["options"][letter] for letter in sorted(row["options"])]
+    answer = row["options"][row["answer"]]
+    random.Random(f"{seed}:{row['id']}").shuffle(texts)
+    letters = [chr(ord("A") + i) for i in range(len(texts))]
+    return {**row, "options": dict(zip(letters, texts)), "answer": letters[texts.index(answer)]}
 
 
 def load_questions(path: str | Path = QUESTIONS_FILE) -> list[Question]:
-    """Read the question bank: a JSON list of objects with the fields of `Question`, checked one by one."""
+    """Read the question bank: a JSON list of objects with the fields of `Question`, checked one by one, with the
+    options of every question not from the lecture shuffled (see SHUFFLE_SEED)."""
     path = Path(path)
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))
@@ -68,7 +84,7 @@ def load_questions(path: str | Path = QUESTIONS_FILE) -> list[Question]:
         if not isinstance(row["options"], dict) or row["answer"] not in row["options"]:
             raise ValueError(f"{where}: field 'answer' is {row['answer']!r}, not one of the letters of 'options'")
         seen.add(row["id"])
-        questions.append(Question(**row))
+        questions.append(Question(**(row if row["source"] == "lecture" else shuffle_options(row))))
     return questions
 
 

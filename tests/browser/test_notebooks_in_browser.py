@@ -328,3 +328,70 @@ def test_voila_slider_redraws(voila_server, page):
     name = _require_notebook(VOILA_CASE.notebook)
     how = open_in_voila(page, f"{voila_server.url}/voila/render/{name}?token={voila_server.token}")
     print(f"voila {name}: {how}; {move_sliders(page, VOILA_CASE)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Implement-it exercises
+# ---------------------------------------------------------------------------------------------------------
+
+EXERCISE_NOTEBOOK = "04_grpo.ipynb"
+EXERCISE_ID = "k3-estimator"
+# The classic mistake to type first: k1 in place of k3, which the checker recognises by name.
+WRONG_K3 = "import torch\n\n\ndef k3_estimate(logp, ref_logp):\n    return logp - ref_logp\n"
+
+
+def code_cell(page, text: str):
+    """The one code cell of the open notebook whose source contains `text`."""
+    cell = page.locator(".jp-Notebook .jp-CodeCell").filter(has=page.locator(".cm-content", has_text=text))
+    expect(cell).to_have_count(1, timeout=60_000)
+    return cell
+
+
+def replace_source(cell, source: str) -> None:
+    """Select the cell's whole source and type `source` in its place (insert_text: no auto-indent, no auto-close)."""
+    cell.scroll_into_view_if_needed()
+    cell.locator(".cm-content").click()
+    cell.page.keyboard.press("Control+A")
+    cell.page.keyboard.insert_text(source)
+    expect(cell.locator(".cm-content")).to_contain_text(source.strip().splitlines()[-1].strip())
+
+
+def run_cell(cell) -> None:
+    """Click into the cell and run it with Ctrl+Enter (which stays on the cell); wait for its new execution count."""
+    prompt = cell.locator(".jp-InputPrompt")
+    before = prompt.text_content()
+    cell.scroll_into_view_if_needed()
+    cell.locator(".cm-content").click()
+    cell.page.keyboard.press("Control+Enter")
+    expect(prompt).not_to_have_text(before, timeout=REDRAW_TIMEOUT_MS)
+    expect(prompt).to_have_text(re.compile(r"\[\d+\]"), timeout=REDRAW_TIMEOUT_MS)
+
+
+def test_exercise_stub_wrong_then_right(lab, page):
+    """A student runs the stub's check (not implemented yet), types the k1 mistake (the checker names it), then the
+    solution (the checker passes it): all in JupyterLab, without running the rest of the notebook."""
+    from minirlhf.course import exercises
+
+    name = _require_notebook(EXERCISE_NOTEBOOK)
+    exercise = exercises.EXERCISES[EXERCISE_ID]
+    open_in_lab(page, lab, name)
+    stub = code_cell(page, f"def {exercise.stub}(")
+    check = code_cell(page, f'check_function("{EXERCISE_ID}"')
+    output = check.locator(".jp-OutputArea")
+
+    run_cell(stub)
+    run_cell(check)
+    expect(output).to_contain_text(f"{EXERCISE_ID}: not implemented yet", timeout=REDRAW_TIMEOUT_MS)
+
+    replace_source(stub, WRONG_K3)
+    run_cell(stub)
+    run_cell(check)
+    k1 = next(m for m in exercise.mistakes if m.name == "k1")
+    expect(output).to_contain_text(f"✗ {EXERCISE_ID}: case", timeout=REDRAW_TIMEOUT_MS)
+    expect(output).to_contain_text(f"hint: ({k1.name}) {k1.hint}")
+
+    replace_source(stub, exercises.solution_source(EXERCISE_ID))
+    run_cell(stub)
+    run_cell(check)
+    expect(output).to_contain_text(f"✓ {EXERCISE_ID}: passed", timeout=REDRAW_TIMEOUT_MS)
+    print(f"{name}: {EXERCISE_ID} not implemented, then the k1 hint, then passed")

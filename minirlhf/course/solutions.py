@@ -1,0 +1,98 @@
+"""Worked solutions of the implement-it exercises (minirlhf.course.exercises), one function per exercise.
+
+Each function has the name and signature of the notebook's stub, so `exercises.solution(id)` can show its source
+and `exercises.fill_solutions(nb)` can paste it into the stub cell. They are written with plain torch, the way a
+student would, and the checker holds them to the library's functions (minirlhf.losses) like any other answer.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def reinforce_gradient(logits: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
+                       baseline: float) -> torch.Tensor:
+    """(1/N) Σ_i (R(a_i) - b) ∇_θ log p_θ(a_i) for p_θ = softmax(θ): the REINFORCE estimate of ∇J, shape (K,)."""
+    p = torch.softmax(logits, -1)  # (K,)
+    score = F.one_hot(actions, logits.shape[-1]).to(p.dtype) - p  # (N, K) ∇_θ log softmax(θ)_a = e_a - p
+    weights = rewards[actions] - baseline  # (N,) R(a_i) - b
+    return (weights[:, None] * score).mean(0)
+
+
+def train_bandit(logits: torch.Tensor, rewards: torch.Tensor, n_steps: int, n_samples: int, lr: float,
+                 seed: int) -> torch.Tensor:
+    """n_steps of REINFORCE with a leave-one-out baseline on a K-armed bandit; returns the final logits θ."""
+    generator = torch.Generator().manual_seed(seed)
+    theta = logits.clone()
+    for _ in range(n_steps):
+        p = torch.softmax(theta, -1)
+        actions = torch.multinomial(p, n_samples, replacement=True, generator=generator)  # fresh samples of p_θ
+        r = rewards[actions]  # (N,)
+        advantages = r - (r.sum() - r) / (n_samples - 1)  # R_i - mean of the other N - 1
+        score = F.one_hot(actions, theta.shape[-1]).to(p.dtype) - p  # (N, K)
+        theta = theta + lr * (advantages[:, None] * score).mean(0)  # gradient ASCENT on J
+    return theta
+
+
+def leave_one_out_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Â_i = R_i - (1/(G-1)) Σ_{j≠i} R_j within each group of G consecutive rewards; shape (B,)."""
+    R = rewards.view(-1, group_size)  # (B/G, G)
+    others_mean = (R.sum(1, keepdim=True) - R) / (group_size - 1)
+    return (R - others_mean).reshape(-1)
+
+
+def clipped_policy_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor,
+                        eps: float) -> torch.Tensor:
+    """-mean over real tokens of min(r_t Â_t, clip(r_t, 1-ε, 1+ε) Â_t), r_t = exp(logp - old_logp); a scalar."""
+    keep = mask.bool()
+    ratio = torch.exp(torch.where(keep, logp - old_logp, torch.zeros_like(logp)))  # (B, T), 1 on padding
+    objective = torch.minimum(ratio * advantages, torch.clamp(ratio, 1 - eps, 1 + eps) * advantages)
+    objective = torch.where(keep, objective, torch.zeros_like(objective))
+    return -objective.sum() / keep.sum().clamp_min(1)
+
+
+def gae_advantages(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float,
+                   lam: float) -> torch.Tensor:
+    """Â_t = δ_t + γλ Â_{t+1}, δ_t = r_t + γ V(s_{t+1}) - V(s_t), with V = 0 after the last real token; (B, T)."""
+    keep = mask.bool()
+    rewards = torch.where(keep, rewards, torch.zeros_like(rewards))
+    values = torch.where(keep, values, torch.zeros_like(values))
+    advantages = torch.zeros_like(rewards)
+    next_value = torch.zeros_like(values[:, 0])
+    next_advantage = torch.zeros_like(values[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        delta = rewards[:, t] + gamma * next_value - values[:, t]
+        next_advantage = torch.where(keep[:, t], delta + gamma * lam * next_advantage, torch.zeros_like(delta))
+        advantages[:, t] = next_advantage
+        next_value = values[:, t]
+    return advantages
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Â_i = (R_i - mean(group)) / std(group), sample std; a group of equal rewards gets Â = 0; shape (B,)."""
+    R = rewards.view(-1, group_size)  # (B/G, G)
+    std = R.std(1, keepdim=True)  # divides by G - 1
+    centred = R - R.mean(1, keepdim=True)
+    return torch.where(std < 1e-4, torch.zeros_like(R), centred / std.clamp_min(1e-4)).reshape(-1)
+
+
+def k3_estimate(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """k3 = p_ref/p_θ - log(p_ref/p_θ) - 1 per token, from log-probabilities."""
+    log_ratio = ref_logp - logp  # log p_ref/p_θ
+    return torch.exp(log_ratio) - log_ratio - 1
+
+
+def dpo_pair_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+                  ref_chosen_logps: torch.Tensor, ref_rejected_logps: torch.Tensor,
+                  beta: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(-log σ(r_w - r_l), r_w, r_l) per pair, with the implicit rewards r = β log p_θ(y|x)/p_ref(y|x)."""
+    chosen_rewards = beta * (policy_chosen_logps - ref_chosen_logps)
+    rejected_rewards = beta * (policy_rejected_logps - ref_rejected_logps)
+    loss = -F.logsigmoid(chosen_rewards - rejected_rewards)  # log σ stays finite where log(sigmoid(.)) is -inf
+    return loss, chosen_rewards.detach(), rejected_rewards.detach()
+
+
+def reward_model_loss(chosen_scores: torch.Tensor, rejected_scores: torch.Tensor) -> torch.Tensor:
+    """Bradley–Terry: -mean over pairs of log σ(RM(x, y_w) - RM(x, y_l)); a scalar."""
+    return -F.logsigmoid(chosen_scores - rejected_scores).mean()
