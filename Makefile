@@ -34,9 +34,8 @@ model: $(STAMP)
 EXECUTED := build/executed
 EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(wildcard notebooks/*.ipynb))
 
-$(EXECUTED)/%.ipynb: notebooks/%.ipynb $(STAMP)
-	MINIRLHF_QUICK=1 $(PY) -m nbconvert --to notebook --execute --output-dir $(EXECUTED) \
-		--ExecutePreprocessor.timeout=600 --ExecutePreprocessor.store_widget_state=True $<
+$(EXECUTED)/%.ipynb: notebooks/%.ipynb book/execute.py $(STAMP)
+	$(PY) book/execute.py $< $@
 
 book: $(EXECUTED_NOTEBOOKS) book/conf.py book/index.md
 	cp book/index.md $(EXECUTED)/index.md
