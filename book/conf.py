@@ -18,7 +18,8 @@ nb_output_stderr = "show"  # warnings and progress lines are part of what the st
 myst_enable_extensions = ["dollarmath", "amsmath"]  # the notebooks' $...$ and $$...$$ equations
 # The sliders: each explorer is an ipywidgets box whose Output widget holds the initial figure. The executed notebook
 # keeps the widget state in its metadata (nbclient stores it), and myst-nb loads the ipywidgets HTML manager
-# (nb_ipywidgets_js, its default) that draws the boxes from that state: the sliders show their initial plot.
+# (nb_ipywidgets_js, its default) that draws the boxes from that state: the sliders show their plot, as it stood at
+# the end of the run (the initial one, unless a later cell moved the slider from code).
 
 html_theme = "alabaster"
 html_title = "minirlhf: the course"

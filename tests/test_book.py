@@ -48,9 +48,10 @@ def test_page_shows_figures_and_no_traceback(notebook):
     assert "traceback" not in html.lower(), f"{page.name} shows a traceback"
 
 
-def test_sliders_render_their_initial_plot():
+def test_sliders_render_with_their_plot():
     """A page with an explorer carries the widget state, and the explorer's Output widget holds a PNG figure: the
-    state that the ipywidgets HTML manager (loaded by the page) draws as the slider box with its initial plot."""
+    state that the ipywidgets HTML manager (loaded by the page) draws as the slider box with its plot. It is the
+    state at the end of the run: where a later cell moves a slider from code, the page shows that redrawn plot."""
     pages_with_plots = 0
     for notebook in NOTEBOOKS:
         html = (SITE / f"{notebook.stem}.html").read_text(encoding="utf-8")

@@ -72,15 +72,17 @@ def test_wheel_and_sdist_carry_the_shipped_data(dist_dir):
 
 def test_installed_wheel_works_outside_the_repository(dist_dir, tmp_path):
     (wheel,) = dist_dir.glob("minirlhf-*.whl")
+    # Without PYTHONPATH, which points at this checkout under the tests: there pip would take the checkout's
+    # minirlhf.egg-info for an installed minirlhf and skip the wheel.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path, env=env)
     python = str(venv / "bin" / "python")
-    run([python, "-m", "pip", "install", "--quiet", TORCH], cwd=tmp_path)
-    run([python, "-m", "pip", "install", "--quiet", str(wheel)], cwd=tmp_path)
+    run([python, "-m", "pip", "install", "--quiet", TORCH], cwd=tmp_path, env=env)
+    run([python, "-m", "pip", "install", "--quiet", str(wheel)], cwd=tmp_path, env=env)
 
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env |= {"HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}  # offline: the shipped files, never a hub lookup
     printed = run([python, "-c", USE_THE_PACKAGE], cwd=workdir, env=env)
     assert "sentiment pairs" in printed, printed
