@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint notebooks model clean
+.PHONY: demo test lint notebooks model book clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,5 +30,18 @@ model: $(STAMP)
 	$(PY) scripts/build_tiny_model.py
 	$(PY) scripts/build_sft_model.py
 
+# The rendered course: every notebook executed once in quick mode into build/executed/ (outputs and widget state
+# kept), then Sphinx + myst-nb render those copies into build/book/ without executing anything.
+EXECUTED := build/executed
+EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(wildcard notebooks/*.ipynb))
+
+$(EXECUTED)/%.ipynb: notebooks/%.ipynb book/execute.py $(STAMP)
+	$(PY) book/execute.py $< $@
+
+book: $(EXECUTED_NOTEBOOKS) book/conf.py book/index.md
+	cp book/index.md $(EXECUTED)/index.md
+	$(PY) -m sphinx -q -b html -c book $(EXECUTED) build/book
+	@echo "the course: build/book/index.html"
+
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) outputs .pytest_cache build

@@ -1,6 +1,6 @@
 """Loading models: the shipped tiny GPT-2, any local `save_pretrained` folder, or a hub name.
 
-    load_model("tiny")         -> the project's own tiny GPT-2 + byte-level BPE tokenizer, from data/
+    load_model("tiny")         -> the project's own tiny GPT-2 + byte-level BPE tokenizer, shipped in the package
     load_model("tiny-sft")     -> the same model after SFT on the tasks (the reference policy p_ref)
     load_model("path/to/dir")  -> any folder written by `save_pretrained`
     load_model("gpt2")         -> the real GPT-2 from the Hugging Face hub (Colab); fails fast offline
@@ -23,7 +23,16 @@ from transformers.activations import ACT2FN, NewGELUActivation
 
 from minirlhf.gpt2 import RANDOM_PREFIX, gpt2_tokenizer, random_gpt2
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+def _shipped_dir() -> Path:
+    """Where the shipped models and pairs lie: `minirlhf/shipped/` in an installed wheel or sdist (setup.py maps the
+    top-level data/ folder there), data/ beside the package in a checkout (editable install or PYTHONPATH)."""
+    package = Path(__file__).resolve().parent
+    installed = package / "shipped"
+    return installed if installed.is_dir() else package.parent / "data"
+
+
+DATA_DIR = _shipped_dir()
 SHIPPED = {
     "tiny": DATA_DIR / "tiny-gpt2",
     "tiny-sft": DATA_DIR / "tiny-gpt2-sft",
