@@ -334,6 +334,7 @@ def plot_history(history: Sequence[dict], keys: Sequence[str], title: str | None
         ax.plot(steps, values, "o-" if len(values) < 30 else "-", ms=3)
         ax.set_title(f"{key} = {values[-1]:.4g}" if values else f"{key} (no data)", fontsize=10)
         ax.set_xlabel("step")
+        ax.set_ylabel(key)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
     last_step = history[-1]["step"] if history else 0
