@@ -204,3 +204,48 @@ def test_grad_wrt_logp_matches_analytic_gradients():
     g = toy.grad_wrt_logp(lambda lp: losses.grpo_loss(lp, logp[:1], ref, torch.zeros(1), one, eps=0.2, beta=0.1)[0],
                           logp[:1])
     assert torch.allclose(g, 0.1 * (1 - (ref - logp[:1]).exp()) / 3)
+
+
+# ----------------------------------------------------------------------------- k3 inside a loss
+
+
+@pytest.mark.parametrize("beta", [0.1, 0.5, 2.0])
+def test_in_loss_k3_gradient_is_reverse_kl_gradient(beta):
+    logits = toy.optimal_policy(P_REF, REWARDS, beta).log()
+    g = toy.kl_gradients(logits, P_REF)
+    torch.testing.assert_close(g.in_loss_k3, g.reverse)
+    torch.testing.assert_close(g.in_loss_k1, torch.zeros_like(g.in_loss_k1), atol=1e-12, rtol=0)
+    assert (g.in_loss_k3 - g.forward).abs().max() > 1e-3  # away from p_ref the two KLs pull differently
+    # by hand: Σ_y p_θ(y) (1 - p_ref(y)/p_θ(y)) ∇log p_θ(y) with ∇_θ log p_θ(y) = e_y - p_θ
+    p = torch.softmax(logits, -1)
+    score = torch.eye(len(p), dtype=p.dtype) - p
+    torch.testing.assert_close(g.in_loss_k3, ((p - P_REF)[:, None] * score).sum(0))
+
+
+def test_kl_gradients_vanish_at_reference():
+    g = toy.kl_gradients(P_REF.log(), P_REF)
+    for grad in (g.in_loss_k3, g.forward, g.reverse):
+        torch.testing.assert_close(grad, torch.zeros_like(grad), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("beta", [0.05, 0.5, 3.0])
+def test_k3_penalty_optimum_is_stationary_and_beats_competitors(beta):
+    q = toy.k3_penalty_optimum(P_REF, REWARDS, beta)
+    assert float(q.sum()) == pytest.approx(1.0) and bool((q > 0).all())
+
+    def objective(p):
+        return toy.expected_reward(p, REWARDS) - beta * toy.exact_kl(P_REF, p)
+
+    theta = q.log().clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(objective(torch.softmax(theta, -1)), theta)
+    assert grad.abs().max() < 1e-10
+    noise = torch.randn(500, len(q), generator=torch.Generator().manual_seed(0), dtype=q.dtype)
+    assert bool((objective(torch.softmax(q.log() + 0.3 * noise, -1)) < objective(q)).all())
+    assert bool((objective(toy.optimal_policy(P_REF, REWARDS, beta)) <= objective(q)).all())
+
+
+def test_k3_penalty_optimum_keeps_zero_support_and_rejects_bad_beta():
+    q = toy.k3_penalty_optimum([0.0, 0.5, 0.5], [10.0, 0.0, 1.0], 0.1)
+    assert q[0] == 0 and q[2] > q[1]
+    with pytest.raises(ValueError, match="beta"):
+        toy.k3_penalty_optimum(P_REF, REWARDS, 0.0)

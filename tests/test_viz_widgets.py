@@ -232,6 +232,30 @@ def test_plot_logps_reports_moves():
     assert "logps/chosen +0.10" in title(fig) and "logps/rejected -2.00" in title(fig)
 
 
+def test_plot_kl_gradients_bars_are_the_exact_gradients():
+    labels, p_ref, rewards = toy.toy_bandit()
+    logits = toy.optimal_policy(p_ref, rewards, 0.2).log()
+    fig = viz.plot_kl_gradients(logits, p_ref, labels, "k3")
+    grads = toy.kl_gradients(logits, p_ref)
+    ax_grad, ax_p = fig.axes
+    for index, grad in enumerate((grads.forward, grads.in_loss_k3, grads.reverse)):
+        np.testing.assert_allclose(bar_heights(ax_grad, index), grad.numpy())
+    np.testing.assert_allclose(bar_heights(ax_p, 1), torch.softmax(logits, -1).numpy())
+    assert all(ax.get_ylabel() and ax.get_xlabel() for ax in fig.axes)
+
+
+def test_plot_pipeline_has_every_stage():
+    fig = viz.plot_pipeline()
+    texts = {text.get_text() for text in fig.axes[0].texts}
+    assert {name for name, _, _ in viz.PIPELINE} <= texts
+    assert tuple(fig.get_size_inches()) == (viz.WIDTH, viz.HEIGHT)
+
+
+def test_every_axis_of_the_toy_plots_is_labelled():
+    for fig in (viz.plot_clip(), viz.plot_gae(1.0, 0.95), viz.plot_optimal_policy(0.5), viz.plot_dpo(0.1)):
+        assert fig.axes[0].get_ylabel() and all(ax.get_xlabel() for ax in fig.axes)
+
+
 def test_figures_share_width():
     figs = [viz.plot_clip(), viz.plot_optimal_policy(0.5), viz.plot_gae(1.0, 0.95), viz.plot_dpo(0.1),
             viz.plot_frontier([]), viz.plot_history(HISTORY, ["loss"])]

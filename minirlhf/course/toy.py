@@ -340,3 +340,72 @@ def toy_gae(gamma: float, lam: float,
     traj = trajectory or toy_trajectory()
     advantages, returns = losses.gae(traj.rewards, traj.values, traj.mask, gamma, lam)
     return advantages[0], returns[0]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the k3 penalty differentiates to when it sits inside the loss
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KLGradients:
+    """Exact gradients with respect to the logits θ of a softmax policy p_θ = softmax(θ), each (K,).
+
+    in_loss_k3  E_{y~p_θ}[∇_θ k3(y)]: what β k3 inside a loss (GRPO) pushes with, on average, because the
+                samples y are drawn before the gradient is taken and do not depend on θ
+    in_loss_k1  E_{y~p_θ}[∇_θ k1(y)] = E_{y~p_θ}[∇_θ log p_θ(y)] = 0: k1 inside a loss pushes nowhere
+    forward     ∇_θ KL(p_θ ‖ p_ref), the KL that the k3 *value* estimates
+    reverse     ∇_θ KL(p_ref ‖ p_θ), which in_loss_k3 equals
+    """
+
+    in_loss_k3: torch.Tensor
+    in_loss_k1: torch.Tensor
+    forward: torch.Tensor
+    reverse: torch.Tensor
+
+
+def kl_gradients(logits: Sequence[float] | torch.Tensor, p_ref: Sequence[float] | torch.Tensor) -> KLGradients:
+    """The three gradients of KLGradients, by autograd through exact K-term sums (no sampling).
+
+    With d = log p_ref(y) - log p_θ(y):  ∇k3 = (e^d - 1) ∇d = (1 - p_ref/p_θ) ∇log p_θ, so
+    E_{p_θ}[∇k3] = Σ_y p_θ ∇log p_θ - Σ_y p_ref ∇log p_θ = 0 - Σ_y p_ref ∇log p_θ = ∇KL(p_ref ‖ p_θ).
+    """
+    theta = as_tensor(logits).clone().requires_grad_(True)
+    ref_logp = as_tensor(p_ref).log()
+    logp = torch.log_softmax(theta, -1)
+    sampling_weights = logp.exp().detach()  # y ~ p_θ, fixed before differentiating
+
+    def grad(objective: torch.Tensor) -> torch.Tensor:
+        (g,) = torch.autograd.grad(objective, theta, retain_graph=True)
+        return g
+
+    return KLGradients(
+        in_loss_k3=grad((sampling_weights * losses.kl_k3(logp, ref_logp)).sum()),
+        in_loss_k1=grad((sampling_weights * losses.kl_k1(logp, ref_logp)).sum()),
+        forward=grad(exact_kl(logp.exp(), ref_logp.exp())),
+        reverse=grad(exact_kl(ref_logp.exp(), logp.exp())),
+    )
+
+
+def k3_penalty_optimum(p_ref: Sequence[float] | torch.Tensor, rewards: Sequence[float] | torch.Tensor,
+                       beta: float, iterations: int = 200) -> torch.Tensor:
+    """The maximiser of E_p[R] - β KL(p_ref ‖ p): where the gradient of an in-loss k3 penalty leads.
+
+    Lagrangian with Σ p = 1:  R(y) + β p_ref(y)/p(y) = λ  =>  p(y) = β p_ref(y) / (λ - R(y)),  λ > max R,
+    and Σ_y p(y) falls from ∞ to 0 as λ grows past max R, so bisection finds the one λ with Σ p = 1.
+    A polynomial tilt of p_ref, where optimal_policy's exact KL(p ‖ p_ref) gives the exponential one.
+    """
+    if beta <= 0:
+        raise ValueError(f"beta must be > 0, got {beta}")
+    p_ref, rewards = as_tensor(p_ref), as_tensor(rewards)
+    support = p_ref > 0
+    top = rewards[support].max()
+    low, high = top, top + beta  # at λ = max R + β every p(y) ≤ p_ref(y), so Σ p ≤ 1 there
+    for _ in range(iterations):
+        lam = (low + high) / 2
+        if (beta * p_ref / (lam - rewards)).sum() > 1:
+            low = lam
+        else:
+            high = lam
+    p = beta * p_ref / (high - rewards)
+    return p / p.sum()

@@ -97,6 +97,7 @@ def plot_optimal_policy(beta: float, p_ref: Sequence[float] | torch.Tensor | Non
     ax.bar(x + 0.2, p_star.numpy(), width=0.4, color="C0", label="p*")
     ticks = [f"{name}\nR = {reward:+.1f}" for name, reward in zip(labels, rewards.tolist(), strict=True)]
     ax.set_xticks(x, ticks)
+    ax.set_xlabel("response y")
     ax.set_ylabel("probability")
     ax.set_ylim(0, 1)
     ax.legend()
@@ -123,6 +124,73 @@ def plot_kl_estimators(study: toy.KLEstimatorStudy, title: str | None = None) ->
     return _finish(fig, title or f"KL estimators, exact KL = {study.exact:.4f}")
 
 
+def plot_kl_gradients(logits: Sequence[float] | torch.Tensor, p_ref: Sequence[float] | torch.Tensor,
+                      labels: Sequence[str], title: str) -> Figure:
+    """Bars per response of the exact gradients in toy.kl_gradients: the in-loss k3 term against the gradients
+    of both KL directions (left), and p_θ beside p_ref (right)."""
+    grads = toy.kl_gradients(logits, p_ref)
+    fig, axes = new_figure(ncols=2)
+    ax_grad, ax_p = axes[0]
+    x = np.arange(len(labels))
+    bars = (("∇KL(p_θ ‖ p_ref)", grads.forward, "C0"), ("E[∇k3], k3 in the loss", grads.in_loss_k3, "C1"),
+            ("∇KL(p_ref ‖ p_θ)", grads.reverse, "C2"))
+    for i, (label, grad, color) in enumerate(bars):
+        ax_grad.bar(x + (i - 1) * 0.27, grad.numpy(), width=0.27, color=color, label=label)
+    ax_grad.axhline(0, color="black", lw=0.6)
+    ax_grad.set_ylabel("d/dθ_y (descent lowers θ_y if > 0)")
+    ax_grad.legend(fontsize=7)
+    ax_p.bar(x - 0.2, toy.as_tensor(p_ref).numpy(), width=0.4, color="gray", label="p_ref")
+    ax_p.bar(x + 0.2, torch.softmax(toy.as_tensor(logits), -1).numpy(), width=0.4, color="C0", label="p_θ")
+    ax_p.set_ylabel("probability")
+    ax_p.legend(fontsize=8)
+    for ax in (ax_grad, ax_p):
+        ax.set_xticks(x, labels)
+        ax.set_xlabel("response y")
+    return _finish(fig, title)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The post-training pipeline
+# ---------------------------------------------------------------------------------------------------------
+
+PIPELINE = (
+    ("Pretraining", "next-token prediction\non web text", "base model"),
+    ("SFT", "imitate written\ndemonstrations (x, y)", "p_ref = p_SFT"),
+    ("Reward model", "Bradley–Terry on\npairs y_w ≻ y_l", "RM(x, y)"),
+    ("Policy optimisation", "max E[RM] − β KL(p_θ ‖ p_ref)\nPPO · REINFORCE/RLOO · GRPO", "p_θ"),
+)
+
+
+def plot_pipeline() -> Figure:
+    """The post-training pipeline as boxes and arrows: pretraining -> SFT -> reward model -> policy
+    optimisation, with DPO's shortcut from the preference pairs straight to the policy, and where each
+    notebook sits."""
+    fig, axes = new_figure()
+    ax: Axes = axes[0, 0]
+    width, gap = 0.2, 0.05
+    centres = [width / 2 + i * (width + gap) for i in range(len(PIPELINE))]
+    for centre, (name, how, output) in zip(centres, PIPELINE, strict=True):
+        ax.add_patch(plt.Rectangle((centre - width / 2, 0.42), width, 0.34, fc="#e8f0fa", ec="C0", lw=1.5))
+        ax.text(centre, 0.70, name, ha="center", va="center", fontsize=10, weight="bold")
+        ax.text(centre, 0.54, how, ha="center", va="center", fontsize=7.5)
+        ax.text(centre, 0.36, f"→ {output}", ha="center", va="top", fontsize=8, color="C0")
+    for left, right in zip(centres, centres[1:]):
+        ax.annotate("", (right - width / 2, 0.59), (left + width / 2, 0.59), arrowprops={"arrowstyle": "->", "lw": 1.5})
+    # DPO skips the reward model: the same pairs, straight into the policy
+    ax.annotate("", (centres[3], 0.76), (centres[1] + 0.03, 0.76),
+                arrowprops={"arrowstyle": "->", "lw": 1.2, "color": "C3", "connectionstyle": "arc3,rad=-0.35"})
+    ax.text((centres[1] + centres[3]) / 2, 0.97, "DPO family: preference pairs → policy, no reward model",
+            ha="center", va="center", fontsize=8, color="C3")
+    notebooks = ("load_model('tiny')", "train_sft · load_model('tiny-sft')", "train_reward_model",
+                 "train_ppo · train_reinforce\ntrain_grpo · train_dpo")
+    for centre, note in zip(centres, notebooks, strict=True):
+        ax.text(centre, 0.18, note, ha="center", va="center", fontsize=7.5, color="gray")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0.1, 1.0)
+    ax.axis("off")
+    return _finish(fig, "Post-training pipeline: each stage starts from the previous stage's model")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # GAE
 # ---------------------------------------------------------------------------------------------------------
@@ -141,6 +209,7 @@ def plot_gae(gamma: float, lam: float, trajectory: toy.ToyTrajectory | None = No
     ax.plot(t, traj.rewards[0].numpy(), "x", color="C3", ms=8, label="reward r_t")
     ax.axhline(0, color="black", lw=0.6)
     ax.set_xlabel("token t")
+    ax.set_ylabel("reward units")
     ax.set_xticks(t)
     ax.legend(fontsize=8, loc="best")
     return _finish(fig, f"GAE, γ = {gamma:.2f}, λ = {lam:.2f}")
@@ -268,6 +337,7 @@ def plot_history(history: Sequence[dict], keys: Sequence[str], title: str | None
         ax.plot(steps, values, "o-" if len(values) < 30 else "-", ms=3)
         ax.set_title(f"{key} = {values[-1]:.4g}" if values else f"{key} (no data)", fontsize=10)
         ax.set_xlabel("step")
+        ax.set_ylabel(key)
     for ax in axes.flat[len(keys):]:
         ax.set_visible(False)
     last_step = history[-1]["step"] if history else 0
