@@ -1,0 +1,1 @@
+"""The course material around the library: toy maths, figures, widgets, quizzes and headless notebook runs."""
