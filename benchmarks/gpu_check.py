@@ -5,6 +5,7 @@ bf16 peak. Runs the "t4" presets (minirlhf.presets) on a randomly initialised `g
     python benchmarks/gpu_check.py                       # on a GPU machine: six methods, ~1-2 min on an H100/H200
     python benchmarks/gpu_check.py --tiny                # the shipped tiny model, small batches: a CPU smoke test
     python benchmarks/gpu_check.py --out results/gpu_check.json
+    python benchmarks/gpu_check.py --notebooks           # every course notebook in full mode, headless: seconds each
 
 How it is measured. Each method runs `steps` optimisation steps through its unmodified trainer; the first `warmup`
 steps (CUDA kernels compiled, allocator warmed up, step 0 evaluation) are not timed. A step is timed from the end of
@@ -136,6 +137,29 @@ def measure(method: str, model_name: str, steps: int, warmup: int, tiny: bool, p
     return result
 
 
+def notebook_times(quick: bool, out: str | None) -> None:
+    """Each course notebook top to bottom in a fresh kernel (minirlhf.course.headless), with its seconds."""
+    from minirlhf.course.headless import execute_notebook
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    mode = "quick" if quick else "full"
+    print(f"device: {device}, torch {torch.__version__}, notebooks in {mode} mode")
+    print("| notebook | seconds | slowest cell |\n|---|---|---|")
+    results = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        start = time.perf_counter()
+        _, seconds = execute_notebook(path, quick=quick, timeout_per_cell=900)
+        total = time.perf_counter() - start
+        slowest = max(range(len(seconds)), key=seconds.__getitem__)
+        results.append({"notebook": path.name, "seconds": total, "slowest_cell": slowest,
+                        "slowest_cell_seconds": seconds[slowest]})
+        print(f"| {path.name} | {total:.1f} | #{slowest} {seconds[slowest]:.1f} s |", flush=True)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"device": device, "torch": torch.__version__, "mode": mode,
+                                         "notebooks": results}, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="random:gpt2", help="any load_model name (default: random:gpt2)")
@@ -145,7 +169,11 @@ def main() -> None:
     parser.add_argument("--precision", default="auto", help="auto (bf16 on a GPU), bf16, fp16 or fp32")
     parser.add_argument("--tiny", action="store_true", help="shipped tiny model and small batches (CPU smoke test)")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--notebooks", action="store_true",
+                        help="instead: run notebooks/*.ipynb headless in full mode (--tiny: quick mode), print times")
     args = parser.parse_args()
+    if args.notebooks:
+        return notebook_times(quick=args.tiny, out=args.out)
     model_name = "tiny" if args.tiny else args.model
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
     print(f"device: {device}, torch {torch.__version__}, model {model_name}, precision {args.precision}")
