@@ -5,16 +5,17 @@
     from minirlhf.course.headless import execute_notebook
     nb, seconds = execute_notebook("notebooks/03_ppo.ipynb", quick=True)   # seconds[i]: cell i, 0 for markdown
 
-Why not plain nbclient. nbclient waits for a cell's `execute_reply` with one `poll` on the shell socket that lasts the
-whole cell timeout, and for its outputs with one `poll` without any timeout. Those polls are asyncio futures that
-pyzmq resolves when the socket's file descriptor wakes the event loop. A ZeroMQ descriptor is edge-triggered: it
-signals "something changed", not "a message is waiting", so a wake-up that is consumed without the waiting poll
-seeing its message (the loop busy with the other socket, the kernel flooding IOPub with widget comm messages, a
-loaded machine) leaves the reply queued in the socket while the poll sleeps on. The kernel is idle, nbclient is
-idle in `run_until_complete`, and nothing happens until the cell timeout; with no timeout, never (nbclient issue
-312). A fresh poll asks the socket first (`ZMQ_EVENTS`) and finds the queued message at once. So the client here
-polls for at most POLL_INTERVAL seconds at a time and polls again until its caller's own timeout: a lost wake-up
-costs at most POLL_INTERVAL seconds. Nothing else changes: every cell, widget cells included, runs as in nbclient.
+Why not plain nbclient (issue 21). nbclient waits for a cell's `execute_reply` with one poll of the shell socket that
+lasts the whole cell timeout, and for the cell's outputs with one IOPub poll that has no timeout at all. pyzmq
+resolves such a poll when the socket's file descriptor wakes the event loop, and a ZeroMQ descriptor is
+edge-triggered: it says "the socket's state changed", once, and any other look at the socket's events consumes the
+signal. Caught in the act (a fresh kernel, its first explorer cell, a loaded machine): the kernel sent its reply and
+went idle, and nbclient's poll slept on with the reply queued in its socket until the cell timeout ran out, when
+pyzmq's last check of the socket found it at once; with no timeout it would have slept forever (nbclient issue 312).
+A poll that starts afresh asks the socket first and reads a queued reply immediately. So the client here polls for
+at most POLL_INTERVAL seconds at a time and polls again until its caller's own timeout: a lost wake-up costs at most
+POLL_INTERVAL seconds, not the cell timeout. Nothing else changes: every cell, widget cells included, runs as in
+nbclient.
 """
 
 from __future__ import annotations
