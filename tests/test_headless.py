@@ -31,8 +31,8 @@ EXPLORER_CELLS = [  # every explorer call in notebooks/, and the live training p
     "for step in range(3): live({'step': step, 'loss': 1.0 / (step + 1)})",
 ]
 STRESS_KERNELS = 3  # fresh kernels: both stalls caught in the act hit the first widget cell of a new kernel
-STRESS_ROUNDS = 15  # each kernel runs every explorer cell this many times
-STALL_SECONDS = 30  # an explorer cell takes well under a second; a stalled one waited for its whole cell timeout
+STRESS_ROUNDS = 10  # each kernel runs every explorer cell this many times
+STALL_SECONDS = 30  # an explorer cell takes about a second at most; a stalled one waits until its cell timeout
 
 
 async def _wait_after_lost_wakeup(channel_class: type[AsyncZMQSocketChannel], timeout: float | None) -> str:

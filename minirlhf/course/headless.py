@@ -25,7 +25,6 @@ import os
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from queue import Empty
 from typing import Any
@@ -68,11 +67,23 @@ class HeadlessClient(NotebookClient):
     """nbclient's NotebookClient talking to the kernel through RepollingKernelClient.
 
     `kernel_dirs`, when given, are the only folders searched for the kernelspec named `kernel_name`.
+    `wall_seconds[i]`: seconds this client waited for cell i, from sending it to holding its reply and outputs. The
+    kernel's own timestamps (nbclient's cell metadata) cannot show a stall: the kernel had finished.
     """
 
     def __init__(self, nb: NotebookNode, kernel_dirs: list[str] | None = None, **kwargs: Any):
         super().__init__(nb, **kwargs)
         self.kernel_dirs = kernel_dirs
+        self.wall_seconds: dict[int, float] = {}
+
+    async def async_execute_cell(self, cell: NotebookNode, cell_index: int, *args: Any, **kwargs: Any) -> NotebookNode:
+        if cell.cell_type != "code":
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return await super().async_execute_cell(cell, cell_index, *args, **kwargs)
+        finally:
+            self.wall_seconds[cell_index] = time.perf_counter() - start
 
     def create_kernel_manager(self):
         km = super().create_kernel_manager()
@@ -80,16 +91,6 @@ class HeadlessClient(NotebookClient):
         if self.kernel_dirs is not None:
             km.kernel_spec_manager = KernelSpecManager(kernel_dirs=self.kernel_dirs)
         return km
-
-
-def cell_seconds(cell: NotebookNode) -> float:
-    """Seconds from a cell's execute_input to its execute_reply, as nbclient recorded them (0 if not run)."""
-    timing = cell.get("metadata", {}).get("execution", {})
-    if "iopub.execute_input" not in timing or "shell.execute_reply" not in timing:
-        return 0.0
-    start, end = (datetime.fromisoformat(timing[key].replace("Z", "+00:00"))
-                  for key in ("iopub.execute_input", "shell.execute_reply"))
-    return (end - start).total_seconds()
 
 
 def execute_notebook(
@@ -103,7 +104,7 @@ def execute_notebook(
     startup_timeout: float = 60,
 ) -> tuple[NotebookNode, list[float]]:
     """Run a notebook (a path, or a notebook already read) top to bottom in a fresh kernel; return it with its
-    outputs and the seconds each cell took (0 for markdown cells).
+    outputs and the seconds this process waited for each cell (0 for markdown cells).
 
     quick: MINIRLHF_QUICK=1 in the kernel (tiny training budgets); otherwise the full budgets.
     cwd: the kernel's working directory (default: the notebook's folder, or the current one for a NotebookNode).
@@ -135,7 +136,7 @@ def execute_notebook(
             resources={"metadata": {"path": str(cwd or folder)}},
         )
         client.execute(env=env)
-    return nb, [cell_seconds(cell) for cell in nb.cells]
+    return nb, [client.wall_seconds.get(i, 0.0) for i in range(len(nb.cells))]
 
 
 def main(argv: list[str] | None = None) -> int:
