@@ -33,6 +33,7 @@ import nbformat
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 from traitlets import Type
@@ -56,7 +57,7 @@ class RepollingChannel(AsyncZMQSocketChannel):
 
 
 class RepollingKernelClient(AsyncKernelClient):
-    """nbclient's asynchronous kernel client, with channels that never sleep through a queued message."""
+    """nbclient's asynchronous kernel client, with channels that look at their socket at least every POLL_INTERVAL s."""
 
     shell_channel_class = Type(RepollingChannel)
     iopub_channel_class = Type(RepollingChannel)
@@ -85,7 +86,7 @@ class HeadlessClient(NotebookClient):
         finally:
             self.wall_seconds[cell_index] = time.perf_counter() - start
 
-    def create_kernel_manager(self):
+    def create_kernel_manager(self) -> KernelManager:
         km = super().create_kernel_manager()
         km.client_class = f"{RepollingKernelClient.__module__}.{RepollingKernelClient.__qualname__}"
         if self.kernel_dirs is not None:
