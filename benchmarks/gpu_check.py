@@ -43,6 +43,7 @@ from minirlhf.trainers.sft import SFTConfig, train_sft
 # Dense bf16 tensor-core peak from the vendors' datasheets (SXM parts; fp16 for the T4 and V100, which have no bf16)
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12,
                    "T4": 65e12, "V100": 125e12}
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"  # --notebooks
 ONLINE_TINY = {"prompts_per_step": 2, "group_size": 2, "minibatch_size": 4, "max_new_tokens": 4}
 TINY = {  # --tiny: small enough for two busy CPU cores in the test suite
     "sft": {"batch_size": 4}, "reward-model": {"batch_size": 4, "max_length": 64},
@@ -146,7 +147,7 @@ def notebook_times(quick: bool, out: str | None) -> None:
     print(f"device: {device}, torch {torch.__version__}, notebooks in {mode} mode")
     print("| notebook | seconds | slowest cell |\n|---|---|---|")
     results = []
-    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
         start = time.perf_counter()
         _, seconds = execute_notebook(path, quick=quick, timeout_per_cell=900)
         total = time.perf_counter() - start

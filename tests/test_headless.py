@@ -7,8 +7,11 @@ socket's wake-up was consumed elsewhere. `test_repoll_reads_a_message_whose_wake
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import json
 import sys
 import time
+from pathlib import Path
 from queue import Empty
 
 import nbformat
@@ -125,3 +128,16 @@ def test_explorer_cells_never_stall():
     print(f"{STRESS_KERNELS} kernels x {len(cells) - 1} explorer cells: slowest cell per kernel "
           + ", ".join(f"{s:.2f} s" for s in slowest))
     assert max(slowest) < STALL_SECONDS, f"an explorer cell waited {max(slowest):.0f} s for its reply: a stall"
+
+
+def test_gpu_check_notebooks_mode_prints_per_notebook_times(tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("gpu_check", Path(__file__).parents[1] / "benchmarks/gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    nbformat.write(_notebook("x = 1", "print(x)"), tmp_path / "a.ipynb")
+    monkeypatch.setattr(gpu_check, "NOTEBOOK_DIR", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["gpu_check.py", "--notebooks", "--tiny", "--out", str(tmp_path / "times.json")])
+    gpu_check.main()
+    assert "| a.ipynb | " in capsys.readouterr().out
+    times = json.loads((tmp_path / "times.json").read_text())
+    assert times["mode"] == "quick" and [row["notebook"] for row in times["notebooks"]] == ["a.ipynb"]
