@@ -35,6 +35,7 @@ from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 from nbformat import NotebookNode
 from traitlets import Type
 
@@ -158,9 +159,9 @@ def main(argv: list[str] | None = None) -> int:
             nb, seconds = execute_notebook(path, quick=args.quick, timeout_per_cell=args.timeout_per_cell,
                                            kernel_name=args.kernel_name)
         except Exception as error:  # report every notebook, then fail
-            print(f"{path.name}: FAILED after {time.perf_counter() - start:.1f} s ({mode}): "
-                  f"{type(error).__name__}: {str(error).strip().splitlines()[-1] if str(error).strip() else ''}",
-                  flush=True)
+            what = (f"{error.ename}: {error.evalue}" if isinstance(error, CellExecutionError)
+                    else f"{type(error).__name__}: {error}")
+            print(f"{path.name}: FAILED after {time.perf_counter() - start:.1f} s ({mode}): {what}", flush=True)
             failed.append(path.name)
             continue
         slowest = sorted(((s, i) for i, s in enumerate(seconds)), reverse=True)[:3]
