@@ -6,6 +6,7 @@ bf16 peak. Runs the "t4" presets (minirlhf.presets) on a randomly initialised `g
     python benchmarks/gpu_check.py --tiny                # the shipped tiny model, small batches: a CPU smoke test
     python benchmarks/gpu_check.py --out results/gpu_check.json
     python benchmarks/gpu_check.py --vs-trl --out results/gpu_vs_trl.json   # minirlhf against TRL, with targets
+    python benchmarks/gpu_check.py --notebooks           # every course notebook in full mode, headless: seconds each
 
 How it is measured. Each method runs `steps` optimisation steps through its unmodified trainer; the first `warmup`
 steps (CUDA kernels compiled, allocator warmed up, step 0 evaluation) are not timed. A step is timed from the end of
@@ -46,6 +47,7 @@ from minirlhf.trainers.sft import SFTConfig, train_sft
 # Dense bf16 tensor-core peak from the vendors' datasheets (SXM parts; fp16 for the T4 and V100, which have no bf16)
 PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "L4": 121e12, "A10": 125e12,
                    "T4": 65e12, "V100": 125e12}
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"  # --notebooks
 ONLINE_TINY = {"prompts_per_step": 2, "group_size": 2, "minibatch_size": 4, "max_new_tokens": 4}
 TINY = {  # --tiny: small enough for two busy CPU cores in the test suite
     "sft": {"batch_size": 4}, "reward-model": {"batch_size": 4, "max_length": 64},
@@ -116,6 +118,29 @@ def measure(method: str, model_name: str, steps: int, warmup: int, tiny: bool, p
     return result
 
 
+def notebook_times(quick: bool, out: str | None) -> None:
+    """Each course notebook top to bottom in a fresh kernel (minirlhf.course.headless), with its seconds."""
+    from minirlhf.course.headless import execute_notebook
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    mode = "quick" if quick else "full"
+    print(f"device: {device}, torch {torch.__version__}, notebooks in {mode} mode")
+    print("| notebook | seconds | slowest cell |\n|---|---|---|")
+    results = []
+    for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):
+        start = time.perf_counter()
+        _, seconds = execute_notebook(path, quick=quick, timeout_per_cell=900)
+        total = time.perf_counter() - start
+        slowest = max(range(len(seconds)), key=seconds.__getitem__)
+        results.append({"notebook": path.name, "seconds": total, "slowest_cell": slowest,
+                        "slowest_cell_seconds": seconds[slowest]})
+        print(f"| {path.name} | {total:.1f} | #{slowest} {seconds[slowest]:.1f} s |", flush=True)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps({"device": device, "torch": torch.__version__, "mode": mode,
+                                         "notebooks": results}, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="random:gpt2", help="any load_model name (default: random:gpt2)")
@@ -126,7 +151,11 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true", help="shipped tiny model and small batches (CPU smoke test)")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--vs-trl", action="store_true", help="minirlhf against TRL 1.16 (GRPO, DPO) with targets")
+    parser.add_argument("--notebooks", action="store_true",
+                        help="instead: run notebooks/*.ipynb headless in full mode (--tiny: quick mode), print times")
     args = parser.parse_args()
+    if args.notebooks:
+        return notebook_times(quick=args.tiny, out=args.out)
     if args.vs_trl:
         from _gpu_vs_trl import side_by_side
 

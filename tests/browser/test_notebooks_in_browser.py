@@ -302,9 +302,10 @@ def open_in_voila(page, url: str) -> str:
 
     Voila executes the whole notebook before the page's "load" event, which can take minutes on a busy machine, so
     the page is not awaited: its "Executing k of N" heading is watched instead. A kernel that stops answering
-    (seen once in CI: 5 minutes on one cell that takes 2 s, the machine otherwise idle; see the notebook test's
-    KERNEL_INFO_TIMEOUT for the same symptom under nbclient) gets one fresh start: the page is loaded again, which
-    starts a new kernel. A notebook that is merely slow keeps moving and is waited for up to VOILA_TIMEOUT_MS."""
+    (seen once in CI: 5 minutes on one cell that takes 2 s, the machine otherwise idle; Voila executes through
+    nbclient, whose lost replies minirlhf.course.headless works around for headless runs: issue 21) gets one fresh
+    start: the page is loaded again, which starts a new kernel. A notebook that is merely slow keeps moving and is
+    waited for up to VOILA_TIMEOUT_MS."""
     stalls = []
     for _ in range(2):
         page.goto(url, wait_until="commit", timeout=VOILA_TIMEOUT_MS)
