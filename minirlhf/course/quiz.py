@@ -6,10 +6,13 @@ Two ways to answer, so every notebook works with or without widgets:
     quiz.ask("dpo-collapse")            # RadioButtons + Check button + feedback (Jupyter / Colab)
     quiz.check("dpo-collapse", "d")     # plain code: prints right/wrong and why, returns a bool
     quiz.check_number("ppo-objective", 1.2, r=1.5, advantage=1.0, eps=0.2)
+    quiz.show_solution("ppo-objective", r=1.5, advantage=1.0, eps=0.2)   # worked step by step, and the value
 
 The multiple-choice questions are data, `questions.json` beside this file (read by `load_questions`). Numeric
 answers are computed by the library itself (minirlhf.losses / minirlhf.course.toy), so an exercise can be
-re-asked with any parameters. Ids are grouped by notebook topic: see TOPICS and list_quizzes().
+re-asked with any parameters; each also carries its solution worked by hand, which only show_solution prints (the
+notebooks never call it: running a notebook top to bottom shows no answer). Ids are grouped by notebook topic:
+see TOPICS and list_quizzes().
 """
 
 from __future__ import annotations
@@ -130,9 +133,9 @@ def _gae_advantage(gamma: float, lam: float, t: int) -> float:
     return float(advantages[t])
 
 
-# Worked solutions. Each `steps` function redoes an exercise by hand, with plain floats and the math module
-# (no torch, no minirlhf), and returns the numbers its `worked` text quotes, the result under "answer";
-# tests/test_quiz.py checks that "answer" equals the library's value for many parameters.
+# Worked solutions. Each `steps` function redoes an exercise by hand, with plain floats and the math module (it
+# reads the toy data, but calls no torch or minirlhf function), and returns the numbers its `worked` text quotes,
+# the result under "answer"; tests/test_quiz.py checks that "answer" equals the library's value for many parameters.
 
 
 def _numbers(values: Sequence[float]) -> str:
