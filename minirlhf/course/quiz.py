@@ -422,7 +422,7 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
     expected = solution(exercise_id, **params)
     question = describe(exercise_id, **params)
     if value is None or value is Ellipsis:
-        print(f"Fill in your answer first (replace the None with your number) and run this cell again. {question}")
+        print(f"Fill in your answer first: replace the None with your number and run this cell again ({exercise_id}).")
         return False
     if not hasattr(value, "__float__"):
         raise TypeError(f"exercise {exercise_id!r}: the answer must be a number, got {value!r}")
