@@ -3,6 +3,7 @@ and numeric exercises."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -253,3 +254,112 @@ def test_new_conceptual_questions_are_in_the_bank():
                            ("grpo-vs-rloo", "grpo")):
         assert quiz.QUESTIONS[quiz_id].topic == topic
     assert "KL(p_ref ‖ p_θ)" in quiz.QUESTIONS["grpo-k3-gradient"].options[quiz.QUESTIONS["grpo-k3-gradient"].answer]
+
+
+# ----------------------------------------------------------------------------- worked solutions
+
+# For every numeric exercise, parameter sets besides its defaults: both signs, ties, edges (a clipped ratio exactly at
+# 1 + ε, a constant group, p_θ = p_ref, a strongly negative DPO margin), so a worked solution cannot match the
+# library only at the numbers the notebook asks about.
+WORKED_CASES = {
+    "optimal-policy": [{"beta": 0.1, "i": 4}, {"beta": 2.0, "i": 2},
+                       {"p_ref": (0.5, 0.5), "rewards": (0.0, 3.0), "beta": 1.0, "i": 1}],
+    "rloo-advantage": [{"rewards": (1.0, 0.0, 1.0, 1.0), "i": 1}, {"rewards": (0.3, -2.0, 5.0), "i": 2},
+                       {"rewards": (1.0, 1.0), "i": 0}],
+    "ppo-objective": [{"r": 0.7, "advantage": -2.0, "eps": 0.2}, {"r": 0.5, "advantage": 1.0},
+                      {"r": 1.5, "advantage": -1.0}, {"r": 1.2, "advantage": 1.0}, {"r": 0.9, "eps": 0.05},
+                      {"r": 1.0, "advantage": 0.0}],
+    "gae-advantage": [{"gamma": 1.0, "lam": 1.0, "t": 0}, {"gamma": 0.9, "lam": 0.95, "t": 3},
+                      {"gamma": 0.99, "lam": 0.5, "t": 7}, {"gamma": 0.5, "lam": 0.0, "t": 0}],
+    "grpo-advantage": [{"i": 1}, {"rewards": (3.0, 1.0, 2.0), "scale": "none"}, {"rewards": (1.0, 1.0, 1.0, 1.0)},
+                       {"rewards": (0.2, 0.9, 0.4), "i": 2, "scale": "batch"}],
+    "kl-k3": [{"logp": -2.0, "ref_logp": -0.5}, {"logp": -1.0, "ref_logp": -1.0}, {"logp": -0.1, "ref_logp": -7.0}],
+    "dpo-margin": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0}],
+    "dpo-loss": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0},
+                 {"beta": 1.0, "chosen_logratio": -40.0, "rejected_logratio": 0.0}],
+}
+
+
+def test_every_exercise_has_worked_cases():
+    assert set(WORKED_CASES) == set(quiz.list_exercises())
+
+
+@pytest.mark.parametrize("exercise_id", sorted(WORKED_CASES))
+def test_worked_solution_equals_the_library(exercise_id):
+    exercise = quiz.EXERCISES[exercise_id]
+    for params in [{}] + WORKED_CASES[exercise_id]:
+        by_hand = exercise.steps(**{**exercise.defaults, **params})["answer"]
+        assert by_hand == pytest.approx(quiz.solution(exercise_id, **params), rel=1e-9, abs=1e-9), params
+        text = quiz.worked_solution(exercise_id, **params)
+        assert "{" not in text and f"{by_hand:.4f}" in text, text  # the reasoning ends at the number it derives
+
+
+def test_show_solution_prints_the_reasoning_and_the_value(capsys):
+    quiz.show_solution("ppo-objective", r=0.7, advantage=-2.0, eps=0.2)
+    out = capsys.readouterr().out
+    assert quiz.describe("ppo-objective", r=0.7, advantage=-2.0, eps=0.2) in out
+    assert "clip(0.7, 0.8, 1.2) = 0.8" in out and "no gradient" in out
+    assert out.rstrip().endswith("The library's value: -1.6000")
+    with pytest.raises(TypeError, match="takes"):
+        quiz.show_solution("ppo-objective", ratio=1.5)
+
+
+@pytest.mark.parametrize("placeholder", [None, ...])
+def test_unfilled_answer_asks_for_a_number_and_reveals_nothing(capsys, monkeypatch, placeholder):
+    monkeypatch.setenv("MINIRLHF_EXERCISES_STRICT", "1")  # as in the headless notebook run: still no error
+    assert quiz.check_number("grpo-advantage", placeholder) is False
+    out = capsys.readouterr().out
+    assert out.startswith("Fill in your answer first") and f"{quiz.solution('grpo-advantage'):.2f}" not in out
+
+
+def test_wrong_answer_points_at_the_worked_solution(capsys):
+    assert not quiz.check_number("ppo-objective", 0.0, r=0.7, advantage=-2.0, eps=0.2)
+    out = capsys.readouterr().out
+    assert out.startswith("Not quite") and "-1.6" not in out
+    assert "quiz.show_solution('ppo-objective', r=0.7, advantage=-2.0, eps=0.2)" in out
+    with pytest.raises(TypeError, match="must be a number"):
+        quiz.check_number("ppo-objective", "1.2")
+
+
+# ----------------------------------------------------------------------------- notebooks reveal nothing on "Run all"
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+REVEALING_CALLS = {"show_solution", "solution", "worked_solution"}
+
+
+def revealed_answers(source: str) -> list[str]:
+    """What in one code cell would show a numeric exercise's answer when the cell runs: a "# Solution" comment, a
+    call that prints or returns the answer, or check_number given anything but a name the cell sets to None."""
+    problems = [line for line in source.splitlines() if re.match(r"\s*#\s*solution\b", line, re.IGNORECASE)]
+    code = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+    tree = ast.parse(code)
+    placeholders = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                    and isinstance(node.value, ast.Constant) and node.value.value is None
+                    for target in node.targets if isinstance(target, ast.Name)}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        if node.func.attr in REVEALING_CALLS and isinstance(node.func.value, ast.Name) and node.func.value.id == "quiz":
+            problems.append(ast.unparse(node))
+        if node.func.attr == "check_number":
+            value = node.args[1] if len(node.args) > 1 else None
+            if not (isinstance(value, ast.Name) and value.id in placeholders):
+                problems.append(ast.unparse(node))
+    return problems
+
+
+def test_revealed_answers_finds_the_ways_to_give_an_answer_away():
+    unfilled = 'my_answer = None\nquiz.check_number("kl-k3", my_answer)\n# stuck? quiz.show_solution("kl-k3")'
+    assert revealed_answers(unfilled) == []
+    assert len(revealed_answers("# Solution: log ρ = -0.5\nquiz.check_number('kl-k3', 0.1065)")) == 2
+    assert revealed_answers("my_answer = 0.0\nquiz.check_number('kl-k3', my_answer)")
+    assert revealed_answers("quiz.show_solution('kl-k3')")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_never_shows_a_numeric_answer(path):
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        if cell["cell_type"] == "code":
+            source = "".join(cell["source"])
+            assert not revealed_answers(source), f"{path.name}, cell {cell.get('id')}: reveals an answer:\n{source}"

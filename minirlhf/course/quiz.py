@@ -6,10 +6,13 @@ Two ways to answer, so every notebook works with or without widgets:
     quiz.ask("dpo-collapse")            # RadioButtons + Check button + feedback (Jupyter / Colab)
     quiz.check("dpo-collapse", "d")     # plain code: prints right/wrong and why, returns a bool
     quiz.check_number("ppo-objective", 1.2, r=1.5, advantage=1.0, eps=0.2)
+    quiz.show_solution("ppo-objective", r=1.5, advantage=1.0, eps=0.2)   # worked step by step, and the value
 
 The multiple-choice questions are data, `questions.json` beside this file (read by `load_questions`). Numeric
 answers are computed by the library itself (minirlhf.losses / minirlhf.course.toy), so an exercise can be
-re-asked with any parameters. Ids are grouped by notebook topic: see TOPICS and list_quizzes().
+re-asked with any parameters; each also carries its solution worked by hand, which only show_solution prints (the
+notebooks never call it: running a notebook top to bottom shows no answer). Ids are grouped by notebook topic:
+see TOPICS and list_quizzes().
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import json
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import ipywidgets as W
@@ -130,45 +133,161 @@ def _gae_advantage(gamma: float, lam: float, t: int) -> float:
     return float(advantages[t])
 
 
+# Worked solutions. Each `steps` function redoes an exercise by hand, with plain floats and the math module (it
+# reads the toy data, but calls no torch or minirlhf function), and returns the numbers its `worked` text quotes,
+# the result under "answer"; tests/test_quiz.py checks that "answer" equals the library's value for many parameters.
+
+
+def _numbers(values: Sequence[float]) -> str:
+    return "(" + ", ".join(f"{v:.4g}" for v in values) + ")"
+
+
+def _optimal_probability_steps(p_ref: Sequence[float], rewards: Sequence[float], beta: float, i: int) -> dict:
+    # p*(y_i) = p_ref(y_i) e^{R_i/β} / Z,   Z = Σ_j p_ref(y_j) e^{R_j/β}
+    weights = [p * math.exp(r / beta) for p, r in zip(p_ref, rewards, strict=True)]
+    partition = sum(weights)
+    return {"weights": _numbers(weights), "weight": weights[i], "partition": partition,
+            "answer": weights[i] / partition}
+
+
+def _rloo_advantage_steps(rewards: Sequence[float], i: int) -> dict:
+    # Â_i = R_i - (1 / (G - 1)) Σ_{j ≠ i} R_j
+    others = [r for j, r in enumerate(rewards) if j != i]
+    baseline = sum(others) / len(others)
+    return {"others": _numbers(others), "n_others": len(others), "reward": rewards[i], "baseline": baseline,
+            "answer": rewards[i] - baseline}
+
+
+def _ppo_objective_steps(r: float, advantage: float, eps: float) -> dict:
+    # min(r Â, clip(r, 1 - ε, 1 + ε) Â)
+    unclipped = r * advantage
+    clipped_ratio = min(max(r, 1 - eps), 1 + eps)
+    clipped = clipped_ratio * advantage
+    gradient = ("the clipped term is the smaller, so this token gives r(θ) no gradient" if clipped < unclipped
+                else "the unclipped term is the smaller (or they are equal), so the gradient flows through r(θ)")
+    return {"low": 1 - eps, "high": 1 + eps, "unclipped": unclipped, "clipped_ratio": clipped_ratio,
+            "clipped": clipped, "gradient": gradient, "answer": min(unclipped, clipped)}
+
+
+def _gae_advantage_steps(gamma: float, lam: float, t: int) -> dict:
+    # δ_k = r_k + γ V(s_{k+1}) - V(s_k) with V(s_T) = 0;   Â_t = Σ_l (γλ)^l δ_{t+l}
+    trajectory = toy.toy_trajectory()
+    rewards, values = trajectory.rewards[0].tolist(), trajectory.values[0].tolist()
+    next_values = values[1:] + [0.0]
+    deltas = [r + gamma * v_next - v for r, v, v_next in zip(rewards, values, next_values, strict=True)]
+    return {"rewards": _numbers(rewards), "values": _numbers(values), "last": len(rewards) - 1,
+            "deltas": _numbers(deltas[t:]), "decay": gamma * lam,
+            "answer": sum((gamma * lam) ** l * delta for l, delta in enumerate(deltas[t:]))}
+
+
+def _grpo_advantage_steps(rewards: Sequence[float], i: int, scale: str) -> dict:
+    # Â_i = (R_i - mean) / std (sample std, divide by G - 1); scale="none": Â_i = R_i - mean
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1))
+    if std < 1e-4:  # losses.grpo_advantages' eps: a constant group has nothing to learn
+        how, answer = "every reward is the same (std below 1e-4), so there is nothing to learn: Â", 0.0
+    elif scale == "none":
+        how, answer = f"with scale 'none' nothing is divided: Â = {rewards[i]:.4g} - {mean:.4f}", rewards[i] - mean
+    else:  # "group", or "batch", which is the same for a batch of one group
+        how, answer = f"divided by the std: Â = ({rewards[i]:.4g} - {mean:.4f}) / {std:.4f}", (rewards[i] - mean) / std
+    return {"mean": mean, "std": std, "n": len(rewards), "reward": rewards[i], "how": how, "answer": answer}
+
+
+def _kl_k3_steps(logp: float, ref_logp: float) -> dict:
+    # k3 = ρ - 1 - log ρ,   ρ = p_ref / p_θ
+    log_rho = ref_logp - logp
+    return {"log_rho": log_rho, "rho": math.exp(log_rho), "answer": math.exp(log_rho) - 1 - log_rho}
+
+
+def _dpo_margin_steps(beta: float, chosen_logratio: float, rejected_logratio: float) -> dict:
+    # margin = β (log p_θ/p_ref (y_w) - log p_θ/p_ref (y_l))
+    difference = chosen_logratio - rejected_logratio
+    return {"difference": difference, "answer": beta * difference}
+
+
+def _dpo_loss_steps(beta: float, chosen_logratio: float, rejected_logratio: float) -> dict:
+    # loss = -log σ(margin) = log(1 + e^{-margin})
+    margin_steps = _dpo_margin_steps(beta, chosen_logratio, rejected_logratio)
+    margin = margin_steps["answer"]
+    loss = math.log1p(math.exp(-margin)) if margin > -30 else -margin  # log(1 + e^x) = x + O(e^-x) for large x
+    return {**margin_steps, "margin": margin, "answer": loss}
+
+
 @dataclass(frozen=True)
 class Exercise:
     id: str
     topic: str
     prompt: str  # formatted with the parameters
-    solve: Callable[..., float]
-    defaults: dict = field(default_factory=dict)
+    solve: Callable[..., float]  # the library's answer
+    defaults: dict
+    steps: Callable[..., dict]  # the same answer by hand: the numbers `worked` quotes, the result under "answer"
+    worked: str  # the reasoning, formatted with the parameters and the numbers from `steps`
     tol: float = 1e-2  # accepted if within tol absolutely or relatively
 
 
 EXERCISES_LIST = [
     Exercise("optimal-policy", "kl-objective",
              "p*(y_i) for p_ref = {p_ref}, R = {rewards}, β = {beta}, i = {i}.",
-             _optimal_probability, {"p_ref": toy.TOY_P_REF, "rewards": toy.TOY_REWARDS, "beta": 0.5, "i": 0}),
+             _optimal_probability, {"p_ref": toy.TOY_P_REF, "rewards": toy.TOY_REWARDS, "beta": 0.5, "i": 0},
+             _optimal_probability_steps,
+             "p*(y) = p_ref(y)·exp(R(y)/β) / Z, where Z = Σ_y p_ref(y)·exp(R(y)/β) makes the probabilities sum to 1.\n"
+             "The weights p_ref(y)·exp(R(y)/β) with β = {beta} are {weights}; their sum is Z = {partition:.4f}.\n"
+             "p*(y_{i}) = {weight:.4f} / {partition:.4f} = {answer:.4f}."),
     Exercise("rloo-advantage", "policy-gradient",
              "RLOO advantage R_i - mean(others) of response i = {i} in the group with rewards {rewards}.",
-             _rloo_advantage, {"rewards": (1.0, 0.0, 0.0, 1.0), "i": 0}),
+             _rloo_advantage, {"rewards": (1.0, 0.0, 0.0, 1.0), "i": 0},
+             _rloo_advantage_steps,
+             "The baseline of response {i} is the mean reward of the {n_others} others {others}: "
+             "b = {baseline:.4f}.\n"
+             "It leaves response {i} itself out, so it cannot depend on the sample it judges.\n"
+             "Â_{i} = R_{i} - b = {reward:.4g} - {baseline:.4f} = {answer:.4f}."),
     Exercise("ppo-objective", "ppo",
              "Clipped surrogate min(r Â, clip(r, 1-ε, 1+ε) Â) at r = {r}, Â = {advantage}, ε = {eps}.",
-             _ppo_objective, {"r": 1.5, "advantage": 1.0, "eps": 0.2}),
+             _ppo_objective, {"r": 1.5, "advantage": 1.0, "eps": 0.2},
+             _ppo_objective_steps,
+             "Unclipped term: r·Â = {r:.4g} · {advantage:.4g} = {unclipped:.4f}.\n"
+             "Clipped term: clip({r:.4g}, {low:.4g}, {high:.4g}) = {clipped_ratio:.4g}, times Â: {clipped:.4f}.\n"
+             "The objective is the smaller one, min({unclipped:.4f}, {clipped:.4f}) = {answer:.4f}: {gradient}."),
     Exercise("gae-advantage", "ppo",
              "GAE advantage Â_t at t = {t} on toy.toy_trajectory() with γ = {gamma}, λ = {lam}.",
-             _gae_advantage, {"gamma": 1.0, "lam": 0.0, "t": 6}),
+             _gae_advantage, {"gamma": 1.0, "lam": 0.0, "t": 6},
+             _gae_advantage_steps,
+             "toy.toy_trajectory() has rewards r = {rewards} and values V = {values}; V after the last token is 0.\n"
+             "TD errors δ_k = r_k + γ·V(s_(k+1)) - V(s_k) for k = {t}..{last}: {deltas}.\n"
+             "Â_{t} = Σ_l (γλ)^l·δ_({t}+l) with γλ = {decay:.4g}: {answer:.4f}.\n"
+             "(λ = 0 keeps δ_t alone; γ = λ = 1 gives the sum of the rewards from t on minus V(s_t).)"),
     Exercise("grpo-advantage", "grpo",
              "GRPO advantage of response i = {i} in the group with rewards {rewards} (scale = {scale!r}, "
              "sample std).",
              _grpo_advantage,
-             {"rewards": (1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0), "i": 0, "scale": "group"}),
+             {"rewards": (1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0), "i": 0, "scale": "group"},
+             _grpo_advantage_steps,
+             "Group mean: {mean:.4f}. Sample std (divide by G - 1 = {n} - 1): {std:.4f}.\n"
+             "Response {i} has R = {reward:.4g}; {how} = {answer:.4f}."),
     Exercise("kl-k3", "grpo",
              "k3 estimate for one token with log p_θ = {logp} and log p_ref = {ref_logp}.",
-             _kl_k3, {"logp": -1.0, "ref_logp": -1.5}),
+             _kl_k3, {"logp": -1.0, "ref_logp": -1.5},
+             _kl_k3_steps,
+             "With ρ = p_ref/p_θ, k3 = ρ - 1 - log ρ.\n"
+             "log ρ = log p_ref - log p_θ = {ref_logp:.4g} - ({logp:.4g}) = {log_rho:.4f}, so ρ = {rho:.4f}.\n"
+             "k3 = {rho:.4f} - 1 - ({log_rho:.4f}) = {answer:.4f} (never negative, since e^d ≥ 1 + d)."),
     Exercise("dpo-margin", "dpo",
              "Implicit reward margin β·(log-ratio of y_w - log-ratio of y_l) with β = {beta}, log-ratios "
              "{chosen_logratio} and {rejected_logratio}.",
-             lambda **p: _dpo(**p)[1], {"beta": 0.1, "chosen_logratio": 0.1, "rejected_logratio": -2.0}),
+             lambda **p: _dpo(**p)[1], {"beta": 0.1, "chosen_logratio": 0.1, "rejected_logratio": -2.0},
+             _dpo_margin_steps,
+             "The implicit reward of a response is β·log p_θ(y|x)/p_ref(y|x); the margin is their difference:\n"
+             "β·(({chosen_logratio:.4g}) - ({rejected_logratio:.4g})) = {beta:.4g} · "
+             "{difference:.4g} = {answer:.4f}."),
     Exercise("dpo-loss", "dpo",
              "DPO loss -log σ(implicit reward margin) with β = {beta}, log-ratios {chosen_logratio} and "
              "{rejected_logratio}.",
-             lambda **p: _dpo(**p)[0], {"beta": 0.1, "chosen_logratio": 0.1, "rejected_logratio": -2.0}),
+             lambda **p: _dpo(**p)[0], {"beta": 0.1, "chosen_logratio": 0.1, "rejected_logratio": -2.0},
+             _dpo_loss_steps,
+             "Margin: β·(({chosen_logratio:.4g}) - ({rejected_logratio:.4g})) = {beta:.4g} · {difference:.4g} "
+             "= {margin:.4f}.\n"
+             "Loss: -log σ(margin) = log(1 + e^(-margin)) = {answer:.4f} "
+             "(log 2 = 0.6931 at margin 0, falling towards 0 as the margin grows)."),
 ]
 EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}
 
@@ -255,31 +374,63 @@ def ask(quiz_id: str) -> QuizWidget:
     return QuizWidget(quiz_id)
 
 
+def _parameters(exercise: Exercise, params: dict) -> dict:
+    """The exercise's defaults with `params` overriding them; an unknown parameter is an error."""
+    unknown = set(params) - set(exercise.defaults)
+    if unknown:
+        raise TypeError(f"exercise {exercise.id!r} takes {sorted(exercise.defaults)}, got {sorted(unknown)}")
+    return {**exercise.defaults, **params}
+
+
 def solution(exercise_id: str, **params) -> float:
     """The library's value for a numeric exercise, with `params` overriding its defaults."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
-    unknown = set(params) - set(exercise.defaults)
-    if unknown:
-        raise TypeError(f"exercise {exercise_id!r} takes {sorted(exercise.defaults)}, got {sorted(unknown)}")
-    return exercise.solve(**{**exercise.defaults, **params})
+    return exercise.solve(**_parameters(exercise, params))
 
 
 def describe(exercise_id: str, **params) -> str:
     """The exercise's question with its (default or given) parameters filled in."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
-    return exercise.prompt.format(**{**exercise.defaults, **params})
+    return exercise.prompt.format(**_parameters(exercise, params))
 
 
-def check_number(exercise_id: str, value: float, tol: float | None = None, **params) -> bool:
-    """Print whether `value` matches the library's answer (within tol, absolute or relative); return it."""
+def worked_solution(exercise_id: str, **params) -> str:
+    """The exercise worked by hand, step by step, for its (default or given) parameters."""
+    exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
+    values = _parameters(exercise, params)
+    return exercise.worked.format(**values, **exercise.steps(**values))
+
+
+def show_solution(exercise_id: str, **params) -> None:
+    """Print the question, its worked solution and the library's value: the answer, when you want to compare."""
+    print(describe(exercise_id, **params))
+    print(worked_solution(exercise_id, **params))
+    print(f"The library's value: {solution(exercise_id, **params):.4f}")
+
+
+def _call(function: str, exercise_id: str, params: dict) -> str:
+    """How to call `function` for this exercise with these parameters, as the student would type it."""
+    arguments = [repr(exercise_id)] + [f"{name}={value!r}" for name, value in params.items()]
+    return f"quiz.{function}({', '.join(arguments)})"
+
+
+def check_number(exercise_id: str, value: float | None, tol: float | None = None, **params) -> bool:
+    """Print whether `value` matches the library's answer (within tol, absolute or relative); return it.
+
+    `value` None (the notebooks' placeholder) or ... only prints a reminder to fill it in and returns False."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
     expected = solution(exercise_id, **params)
+    question = describe(exercise_id, **params)
+    if value is None or value is Ellipsis:
+        print(f"Fill in your answer first: replace the None with your number and run this cell again ({exercise_id}).")
+        return False
+    if not hasattr(value, "__float__"):
+        raise TypeError(f"exercise {exercise_id!r}: the answer must be a number, got {value!r}")
     tol = exercise.tol if tol is None else tol
     ok = math.isclose(float(value), expected, rel_tol=tol, abs_tol=tol)
-    question = describe(exercise_id, **params)
     if ok:
         print(f"Correct! {question} = {expected:.4f}")
     else:
-        print(f"Not quite: {value} is off for: {question} (call quiz.solution({exercise_id!r}, ...) to "
-              f"see it)")
+        print(f"Not quite: {value} is off for: {question} Try again, or see the worked solution with "
+              f"{_call('show_solution', exercise_id, params)}")
     return ok
