@@ -210,6 +210,32 @@ def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
     return (R - baseline).reshape(-1)
 
 
+def kl_shaped_rewards(
+    rewards: Tensor, old_logp: Tensor, ref_logp: Tensor | None, mask: Tensor, beta: float
+) -> Tensor:
+    """The reward with the KL leash folded in, one number per sequence (RLOO's recipe):
+
+        R'(x, y) = R(x, y) - β Σ_t log p_θold(y_t|..)/p_ref(y_t|..)      (k1 summed over the response)
+
+    ``rewards`` is (B,), the log-probs and ``mask`` (B, T). Without ``ref_logp`` (β = 0) R' = R.
+    """
+    if ref_logp is None:
+        return rewards
+    return rewards - beta * masked_sum(kl_k1(old_logp, ref_logp), mask, dim=-1)
+
+
+def ema_baseline(baseline: Tensor | None, rewards: Tensor, decay: float) -> Tensor:
+    """A moving-average baseline, a cheap value estimate: b <- decay · b + (1 - decay) · mean(R).
+
+    The first batch starts it at its own mean. Â = R - b keeps the gradient unbiased (b does not depend on y).
+    """
+    if not 0.0 <= decay < 1.0:
+        raise ValueError(f"ema_decay must lie in [0, 1), got {decay}")
+    if baseline is None:
+        return rewards.mean()
+    return decay * baseline + (1 - decay) * rewards.mean()
+
+
 # ----------------------------------------------------------------------------- PPO
 
 
@@ -238,6 +264,30 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     advantages = torch.stack(advantages[::-1], dim=1)  # (B, T)
     (returns,) = _zero_padding(mask, advantages + values)
     return advantages, returns
+
+
+def token_rewards(rewards: Tensor, mask: Tensor, kl: Tensor | None = None, beta: float = 0.0) -> Tensor:
+    """Per-token rewards (B, T) from sequence rewards (B,) and per-token KL estimates (B, T):
+
+        r_t = -β · kl_t  +  R(x, y) on the last real token of the response;   0 on padding
+
+    so that Σ_t r_t = R(x, y) - β Σ_t kl_t. ``mask`` is right-padded (every response starts at column 0), so
+    the last real token is column |y| - 1.
+    """
+    r = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # (B, T)
+    if kl is not None and beta > 0:
+        r = r - beta * kl
+    last = (mask.sum(-1).long() - 1).clamp_min(0)  # (B,) column of each response's last token (EOS if any)
+    r[torch.arange(mask.shape[0], device=mask.device), last] += rewards
+    return torch.where(mask.bool(), r, torch.zeros_like(r))
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
+    """1 - Var(R_t - V) / Var(R_t) over real tokens: 1 = V predicts the returns, 0 = no better than a constant."""
+    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+    residual = returns - values
+    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+    return (1 - var_residual / var_returns.clamp_min(1e-8)).item()
 
 
 def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps: float) -> Tensor:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -97,7 +98,7 @@ def collect(
     """Sample and score this process's share of the step's prompts (all of them on a single process); groups stay
     whole. Sampling and p_ref run under the runtime's autocast."""
     runtime = runtime or Runtime(precision="fp32")
-    prompts = runtime.shard(task.train_prompts(config.prompts_per_step, rng))
+    prompts, columns = prompt_columns(runtime.shard(task.train_prompts(config.prompts_per_step, rng)))
     with runtime.autocast():
         rollout = sample(
             policy, tokenizer, prompts, group_size=config.group_size,
@@ -106,7 +107,8 @@ def collect(
             batch_rows=runtime.sampling_rows(len(prompts) * config.group_size),
         )
     device = rollout.input_ids.device
-    rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions).to(device)
+    columns = {name: [v for v in values for _ in range(config.group_size)] for name, values in columns.items()}
+    rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
     P = rollout.prompt_length
     ref_logp = None
     if ref is not None:
@@ -122,6 +124,14 @@ def collect(
         ref_logp=ref_logp,
         rewards=rewards,
     )
+
+
+def prompt_columns(drawn: list[str] | list[dict[str, Any]]) -> tuple[list[str], dict[str, list[Any]]]:
+    """The prompt strings of a task's draw, and the other columns of its rows as lists (prompt rows), else none."""
+    if not drawn or isinstance(drawn[0], str):
+        return list(drawn), {}
+    names = [name for name in drawn[0] if name != "prompt"]
+    return [row["prompt"] for row in drawn], {name: [row[name] for row in drawn] for name in names}
 
 
 def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float):
