@@ -76,12 +76,40 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
         raise ValueError(f"rewards must be 1-D (B,), got shape {tuple(rewards.shape)}")
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf")
-    if not isinstance(group_size, int) or group_size < 2 or rewards.numel() % group_size:
-        raise ValueError(
-            f"group_size must be an int >= 2 that divides the batch size {rewards.numel()}, "
-            f"got {group_size!r}"
-        )
+    check_group_size(group_size)
+    if rewards.numel() % group_size:
+        raise ValueError(f"group_size must divide the batch size {rewards.numel()}, got {group_size!r}")
     return rewards.view(-1, group_size)
+
+
+# The checks of the methods' settings: the losses run them, and the configs call them (the rule lives here once).
+
+
+def check_group_size(group_size: int) -> None:
+    """G >= 2: the group is the baseline (GRPO's mean and std, RLOO's mean of the others), and one answer has none."""
+    if not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size must be >= 2 (a group of one has no baseline), got {group_size!r}")
+
+
+def check_gae(gamma: float, lam: float) -> None:
+    """γ and λ of GAE are weights of future terms: both in [0, 1]."""
+    _check_interval("gamma", gamma, 0.0, 1.0)
+    _check_interval("lam", lam, 0.0, 1.0)
+
+
+def check_ema_decay(decay: float) -> None:
+    """The EMA baseline's decay lies in [0, 1): at 1 the baseline would never move from its first value."""
+    if not 0.0 <= decay < 1.0:
+        raise ValueError(f"ema_decay must lie in [0, 1), got {decay}")
+
+
+def check_dpo_options(beta: float, loss_type: str, label_smoothing: float) -> None:
+    """β > 0, a known loss type, and label smoothing ls in [0, 0.5] for the sigmoid (DPO) loss only."""
+    _check_positive("beta", beta)
+    _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
+    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
+    if label_smoothing and loss_type != "sigmoid":
+        raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
 
 
 def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -229,8 +257,7 @@ def ema_baseline(baseline: Tensor | None, rewards: Tensor, decay: float) -> Tens
 
     The first batch starts it at its own mean. Â = R - b keeps the gradient unbiased (b does not depend on y).
     """
-    if not 0.0 <= decay < 1.0:
-        raise ValueError(f"ema_decay must lie in [0, 1), got {decay}")
+    check_ema_decay(decay)
     if baseline is None:
         return rewards.mean()
     return decay * baseline + (1 - decay) * rewards.mean()
@@ -250,8 +277,7 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     Returns (advantages, returns), both (B, T) with zeros at padded positions.
     """
     _check_same_shape(rewards=rewards, values=values, mask=mask)
-    _check_interval("gamma", gamma, 0.0, 1.0)
-    _check_interval("lam", lam, 0.0, 1.0)
+    check_gae(gamma, lam)
     rewards, values = _zero_padding(mask, rewards, values)  # padding: r = 0, V = 0
     next_value = torch.zeros_like(values[:, 0])  # (B,) V(s_T) = 0
     next_adv = torch.zeros_like(values[:, 0])  # (B,)
@@ -464,11 +490,7 @@ def dpo_loss(
         ref_chosen_logps=ref_chosen_logps,
         ref_rejected_logps=ref_rejected_logps,
     )
-    _check_positive("beta", beta)
-    _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
-    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
-    if label_smoothing and loss_type != "sigmoid":
-        raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
+    check_dpo_options(beta, loss_type, label_smoothing)
     chosen_logratio = policy_chosen_logps - ref_chosen_logps  # log p_θ(y_w)/p_ref(y_w)
     rejected_logratio = policy_rejected_logps - ref_rejected_logps  # log p_θ(y_l)/p_ref(y_l)
     h = chosen_logratio - rejected_logratio  # (B,)

@@ -108,6 +108,14 @@ def _is_a(value: Any, declared: type) -> bool:
     return isinstance(value, declared)
 
 
+def require(config: Any, check: Callable[..., None], *names: str) -> None:
+    """Run a check of `minirlhf.losses` (e.g. `check_gae`) on the named fields; its error names the config class."""
+    try:
+        check(*(getattr(config, name) for name in names))
+    except ValueError as err:
+        raise ValueError(f"{type(config).__name__}.{err}") from None
+
+
 def require_positive(config: Any, *names: str) -> None:
     for name in names:
         value = getattr(config, name)
@@ -355,8 +363,9 @@ class Run:
         self.history.log(step, **self.runtime.reduce(metrics | means))
         self.checkpointer.save_if_due(step + 1, self.history, **loop_state)
 
-    def finish(self, model: nn.Module, tokenizer, steps: int | None = None) -> Path | None:
-        """Log the held-out metrics of the final model (when there is an evaluation) and save the run."""
+    def finish(self, model: nn.Module | None = None, tokenizer=None, steps: int | None = None) -> Path | None:
+        """Log the held-out metrics of the final model (when there is an evaluation) after the last step (`steps`,
+        default config.steps), and save `model` and `tokenizer` with `save_run` (when given)."""
         if self._evaluate is not None:
             self.history.log(steps or self.config.steps, **self.evaluate())
-        return save_run(model, tokenizer, self.config, self.history)
+        return save_run(model, tokenizer, self.config, self.history) if model is not None else None

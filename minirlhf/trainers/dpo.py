@@ -27,7 +27,7 @@ import torch
 from minirlhf.data import PreferenceData, PreferencePair, check_pair_lengths, encode_preference_pairs, preference_data
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
-from minirlhf.losses import DPO_LOSS_TYPES, dpo_loss, pair_accuracy
+from minirlhf.losses import DPO_LOSS_TYPES, check_dpo_options, dpo_loss, pair_accuracy
 from minirlhf.models import disable_dropout, frozen_copy
 from minirlhf.tasks.sentiment import MAX_NEW_TOKENS
 from minirlhf.trainers.common import (
@@ -36,6 +36,7 @@ from minirlhf.trainers.common import (
     choice,
     load_policy,
     make_optimizer,
+    require,
     require_non_negative,
     require_positive,
     set_seed,
@@ -65,12 +66,9 @@ class DPOConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        require_positive(self, "batch_size", "beta", "eval_samples", "max_new_tokens")
+        require_positive(self, "batch_size", "eval_samples", "max_new_tokens")
         require_non_negative(self, "eval_prompts")
-        if not 0.0 <= self.label_smoothing <= 0.5:
-            raise ValueError(f"DPOConfig.label_smoothing must lie in [0, 0.5], got {self.label_smoothing!r}")
-        if self.label_smoothing and self.loss_type != "sigmoid":
-            raise ValueError(f"DPOConfig.label_smoothing applies to loss_type='sigmoid' only, got {self.loss_type!r}")
+        require(self, check_dpo_options, "beta", "loss_type", "label_smoothing")
         if self.epochs is not None:
             require_positive(self, "epochs")
         if self.max_length is not None:

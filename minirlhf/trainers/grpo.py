@@ -17,9 +17,17 @@ from dataclasses import dataclass
 
 from minirlhf.diagnostics import zero_std_groups
 from minirlhf.distributed import setup_runtime
-from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, grpo_advantages, grpo_loss, masked_mean
+from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, check_group_size, grpo_advantages, grpo_loss, masked_mean
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import Run, choice, held_out_metrics, make_optimizer, require_positive, set_seed
+from minirlhf.trainers.common import (
+    Run,
+    choice,
+    held_out_metrics,
+    make_optimizer,
+    require,
+    require_positive,
+    set_seed,
+)
 from minirlhf.trainers.online import (
     OnlineConfig,
     collect,
@@ -48,10 +56,7 @@ class GRPOConfig(OnlineConfig):
     def validate(self) -> None:
         super().validate()
         require_positive(self, "eps", "epochs")
-        if self.group_size < 2:
-            raise ValueError(
-                f"GRPOConfig.group_size must be >= 2 (a group of one has no baseline), got {self.group_size}"
-            )
+        require(self, check_group_size, "group_size")
 
 
 def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):

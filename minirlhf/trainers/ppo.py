@@ -40,6 +40,7 @@ from torch import nn
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import forward_logits, logprobs_on_response
 from minirlhf.losses import (
+    check_gae,
     explained_variance,
     gae,
     kl_k1,
@@ -56,6 +57,7 @@ from minirlhf.trainers.common import (
     Run,
     held_out_metrics,
     make_optimizer,
+    require,
     require_non_negative,
     require_positive,
     set_seed,
@@ -90,10 +92,7 @@ class PPOConfig(OnlineConfig):
         super().validate()
         require_positive(self, "eps", "epochs")
         require_non_negative(self, "vf_coef")
-        for name in ("gamma", "lam"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
-                raise ValueError(f"PPOConfig.{name} must lie in [0, 1], got {value!r}")
+        require(self, check_gae, "gamma", "lam")
         if self.cliprange_value is not None:
             require_positive(self, "cliprange_value")
 

@@ -17,9 +17,17 @@ import random
 from dataclasses import dataclass
 
 from minirlhf.distributed import setup_runtime
-from minirlhf.losses import ema_baseline, kl_shaped_rewards, masked_mean, reinforce_loss, rloo_advantages
+from minirlhf.losses import (
+    check_ema_decay,
+    check_group_size,
+    ema_baseline,
+    kl_shaped_rewards,
+    masked_mean,
+    reinforce_loss,
+    rloo_advantages,
+)
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import Run, choice, held_out_metrics, make_optimizer, set_seed
+from minirlhf.trainers.common import Run, choice, held_out_metrics, make_optimizer, require, set_seed
 from minirlhf.trainers.online import (
     OnlineConfig,
     collect,
@@ -42,10 +50,9 @@ class ReinforceConfig(OnlineConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.baseline == "rloo" and self.group_size < 2:
-            raise ValueError(f"ReinforceConfig.group_size must be >= 2 for baseline='rloo', got {self.group_size}")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ReinforceConfig.ema_decay must be in [0, 1), got {self.ema_decay}")
+        if self.baseline == "rloo":
+            require(self, check_group_size, "group_size")
+        require(self, check_ema_decay, "ema_decay")
 
 
 def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()):

@@ -15,6 +15,7 @@ added to every score changes nothing. The head starts at zero, so every pair sta
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -228,6 +229,8 @@ def train_reward_model(
         }
         run.log(step, metrics, order=order)
     reward_model.eval()
-    if run.evaluate() or True:
-        pass
+    run.finish()  # the held-out metrics of the final model; it is saved below, as a RewardModel
+    if config.out_dir is not None:
+        reward_model.save(Path(config.out_dir) / "reward_model")
+        (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     return reward_model, tokenizer, run.history
