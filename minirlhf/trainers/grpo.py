@@ -45,7 +45,6 @@ class GRPOConfig(OnlineConfig):
     eval_every: int = 25
     lr: float = 3e-4
     prompts_per_step: int = 32  # x group_size 8 = 256 completions per step
-    beta: float = 0.0  # no KL leash by default (as DAPO / Dr. GRPO); 0.04 is the GRPO paper's value
     eps: float = 0.2  # ε: clip range of the ratio r_t(θ)
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
     # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO)

@@ -33,7 +33,7 @@ class OnlineConfig(TrainConfig):
     temperature: float = 1.0  # sampling temperature (the log-probs in the loss use the same one)
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
-    beta: float = 0.04  # β: weight of the KL(p_θ || p_ref) penalty; 0 drops p_ref from memory
+    beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, and p_ref is not even loaded
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
 

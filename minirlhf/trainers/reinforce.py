@@ -44,6 +44,7 @@ BASELINES = ("none", "ema", "rloo")
 @dataclass
 class ReinforceConfig(OnlineConfig):
     lr: float = 2e-4
+    beta: float = 0.04
     # b in Â = R - b: "none" (b = 0), "ema" (moving average of rewards) or "rloo" (mean of the other G - 1 rewards)
     baseline: str = choice("rloo", BASELINES)
     ema_decay: float = 0.9  # for baseline="ema": b <- decay·b + (1 - decay)·mean(R)
