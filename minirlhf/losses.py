@@ -100,7 +100,7 @@ def check_gae(gamma: float, lam: float) -> None:
 def check_ema_decay(decay: float) -> None:
     """The EMA baseline's decay lies in [0, 1): at 1 the baseline would never move from its first value."""
     if not 0.0 <= decay < 1.0:
-        raise ValueError(f"ema_decay must lie in [0, 1), got {decay}")
+        raise ValueError(f"ema_decay must be in [0, 1), got {decay}")
 
 
 def check_dpo_options(beta: float, loss_type: str, label_smoothing: float) -> None:
