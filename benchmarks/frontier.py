@@ -81,16 +81,17 @@ def run_job(job: dict) -> dict:
 
     if kind == "reward_model":
         import minirlhf.trainers.reward_model as rm_module
-        from minirlhf.data import load_preference_pairs
+        from minirlhf.data import PreferenceData, load_preference_pairs
 
         census: list[dict] = []
         config = rm_module.RewardModelConfig(model=REFERENCE, seed=job["seed"], progress=progress, **job["overrides"])
-        eval_pairs = load_preference_pairs(config.data, "test")[: job["eval_pairs"]]  # None = all held-out pairs
+        eval_pairs = load_preference_pairs(config.pairs, "test")[: job["eval_pairs"]]  # None = all held-out pairs
         original = rm_module.evaluate_pairs
         rm_module.evaluate_pairs = timed(original, clock)  # only adds a clock; removed after
         try:
+            data = PreferenceData(load_preference_pairs(config.pairs, "train"), test=eval_pairs)
             rm, _, history = rm_module.train_reward_model(
-                None, config, eval_pairs=eval_pairs, callbacks=[lambda h: census or census.extend(model_census())]
+                data, config, callbacks=[lambda h: census or census.extend(model_census())]
             )
         finally:
             rm_module.evaluate_pairs = original
@@ -120,13 +121,12 @@ def run_job(job: dict) -> dict:
             seed=job["seed"],
             eval_prompts=job["eval"]["n_prompts"], eval_samples=job["eval"]["samples_per_prompt"], progress=progress,
         )
-        # time the sampling evaluation inside the trainer: the wrapper only adds a clock, and is removed after
-        original = dpo.evaluate_sentiment
-        dpo.evaluate_sentiment = timed(original, clock)
-        try:  # no held-out PAIRS evaluation (eval_pairs=[]): the frontier needs the sampled one only
-            model, tokenizer, history = dpo.train_dpo(None, config, eval_pairs=[], callbacks=[take_census])
-        finally:
-            dpo.evaluate_sentiment = original
+        from minirlhf.data import PreferenceData, load_preference_pairs
+        from minirlhf.tasks.sentiment import evaluate_sentiment
+
+        # no held-out PAIRS evaluation: the frontier needs the sampled one only, timed (the wrapper adds a clock)
+        data = PreferenceData(load_preference_pairs(config.pairs, "train"), evaluate=timed(evaluate_sentiment, clock))
+        model, tokenizer, history = dpo.train_dpo(data, config, callbacks=[take_census])
         completions, pairs = 0, steps * config.batch_size
         reward_model = load_reward_model(job["reward_model"])  # DPO trains without one: loaded to score only
     else:

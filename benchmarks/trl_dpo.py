@@ -281,7 +281,7 @@ def run_minirlhf(pairs, steps: int, warmup: int, batch_size: int, beta: float, l
 
     config = MiniDPOConfig(
         model=MODEL, steps=steps, batch_size=batch_size, lr=lr, beta=beta, loss_type="sigmoid", max_length=max_length,
-        precompute_ref=False, eval_every=steps + 1, eval_prompts=0, progress=False, device="cpu", seed=seed,
+        precompute_ref=False, eval_every=0, eval_prompts=0, progress=False, device="cpu", seed=seed,
     )
 
     def train() -> None:

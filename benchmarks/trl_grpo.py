@@ -121,12 +121,6 @@ def prompt_dataset(n: int, seed: int):
     return Dataset.from_dict({"prompt": arithmetic.train_prompts(n, random.Random(seed))})
 
 
-def no_eval_task():
-    """The arithmetic task without its held-out evaluation (train_grpo runs it at step 0 and after the last step;
-    not part of a training step, and TRL does not evaluate here either)."""
-    return dataclasses.replace(arithmetic.task(), evaluate=lambda model, tokenizer: {})
-
-
 # ----------------------------------------------------------------------------------------------- cross-check
 
 
@@ -332,12 +326,12 @@ def run_minirlhf(s: Settings, steps: int, warmup: int, seed: int, timer: PhaseTi
     config = MiniGRPOConfig(
         model=MODEL, steps=steps, prompts_per_step=s.prompts_per_step, group_size=s.group_size,
         max_new_tokens=s.max_new_tokens, temperature=s.temperature, beta=s.beta, eps=s.eps, lr=s.lr,
-        aggregation=s.aggregation, scale="group", epochs=1, eval_every=steps + 1, progress=False, device="cpu",
+        aggregation=s.aggregation, scale="group", epochs=1, eval_every=0, progress=False, device="cpu",
         seed=seed,
     )
 
     def train():
-        return train_grpo(no_eval_task(), config, model=model, tokenizer=tokenizer,
+        return train_grpo(arithmetic.task(), config, model=model, tokenizer=tokenizer,
                           callbacks=[minirlhf_callback(clock, timer.step_end if timer else None)])
 
     if timer is None:

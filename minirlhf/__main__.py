@@ -5,11 +5,13 @@
     python -m minirlhf grpo --steps 60 --beta 0.0 --out-dir runs/grpo
     python -m minirlhf rloo --steps 60
     python -m minirlhf ppo --steps 60
+    python -m minirlhf grpo --task sentiment  # VADER as the reward; --task module:function for a Task of yours
+    python -m minirlhf grpo --prompts my_prompts.jsonl --reward my_rewards.py:exact   # your prompts and reward
     python -m minirlhf reward-model --out-dir runs/rm
-    python -m minirlhf dpo --beta 0.5 --loss-type ipo
+    python -m minirlhf dpo --beta 0.5 --loss-type ipo --pairs my_pairs.jsonl
     python -m minirlhf grpo --preset t4 --steps 100   # real GPT-2 sizes for a Colab T4 (minirlhf.presets)
     accelerate launch --num_processes 2 -m minirlhf dpo --preset t4   # data parallel over 2 GPUs
-    python -m minirlhf <command> --help       # every flag with its default
+    python -m minirlhf <command> --help       # every flag: its meaning, allowed values and default
 """
 
 from __future__ import annotations
@@ -21,10 +23,13 @@ import sys
 from minirlhf.cli import add_config_arguments, config_from_args, given_fields
 from minirlhf.presets import PRESETS, preset
 
+ONLINE = ("reinforce", "rloo", "grpo", "ppo")  # the commands that sample: they take a task
+TASKS = {"arithmetic": "minirlhf.tasks.arithmetic:task", "sentiment": "minirlhf.tasks.sentiment:vader_task"}
+
 
 def _methods() -> dict:
-    """command -> (config class, run(config) -> history). Imported lazily so `--help` stays fast."""
-    from minirlhf.tasks import arithmetic
+    """command -> (config class, train(data, config) -> (model, tokenizer, history)). Imported lazily so that
+    `--help` stays fast."""
     from minirlhf.trainers.dpo import DPOConfig, train_dpo
     from minirlhf.trainers.grpo import GRPOConfig, train_grpo
     from minirlhf.trainers.ppo import PPOConfig, train_ppo
@@ -32,17 +37,64 @@ def _methods() -> dict:
     from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
     from minirlhf.trainers.sft import SFTConfig, train_sft
 
-    def sft(config):
-        return train_sft(arithmetic.sft_examples(), config, evaluate=arithmetic.task().evaluate)[2]
-
     return {
-        "sft": (SFTConfig, sft),
-        "reinforce": (ReinforceConfig, lambda c: train_reinforce(arithmetic.task(), c)[2]),
-        "grpo": (GRPOConfig, lambda c: train_grpo(arithmetic.task(), c)[2]),
-        "ppo": (PPOConfig, lambda c: train_ppo(arithmetic.task(), c)[2]),
-        "reward-model": (RewardModelConfig, lambda c: train_reward_model(None, c)[2]),  # pairs from --data
-        "dpo": (DPOConfig, lambda c: train_dpo(None, c)[2]),  # pairs from --data
+        "sft": (SFTConfig, train_sft),
+        "reinforce": (ReinforceConfig, train_reinforce),
+        "grpo": (GRPOConfig, train_grpo),
+        "ppo": (PPOConfig, train_ppo),
+        "reward-model": (RewardModelConfig, train_reward_model),  # pairs from --pairs
+        "dpo": (DPOConfig, train_dpo),  # pairs from --pairs
     }
+
+
+def _add_task_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    if command not in ONLINE + ("sft",):
+        return
+    group = parser.add_argument_group("task (what to learn from)")
+    group.add_argument("--task", metavar="arithmetic|sentiment|module:function|path.py:function",
+                       help="a shipped task (sentiment: VADER is the reward), or a function of yours that returns a "
+                       "Task (sft: an SFTData) (default: arithmetic)")
+    group.add_argument("--prompts", metavar="FILE.jsonl|dataset-name",
+                       help='your prompts, one JSON object per line with a "prompt" (sft: and a "completion"); the '
+                       "other fields reach the reward functions as keyword lists")
+    if command != "sft":
+        group.add_argument("--reward", action="append", metavar="module:function|path.py:function",
+                           help="a reward function (prompts, completions, **columns) -> list[float] for --prompts; "
+                           "repeat it for several")
+        group.add_argument("--reward-weights", nargs="+", type=float, metavar="W",
+                           help="one weight per --reward: R = Σ_k w_k R_k (default: 1 each)")
+
+
+def _task(command: str, args: argparse.Namespace):
+    """What the command learns from, built from --task or --prompts/--reward (a ValueError says what is wrong)."""
+    from minirlhf.data import SFTData
+    from minirlhf.tasks import Task
+    from minirlhf.tasks.user import load_object, load_prompt_rows, prompts_task
+
+    rewards, weights = getattr(args, "reward", None), getattr(args, "reward_weights", None)
+    if args.prompts and args.task:
+        raise ValueError("give either --task or --prompts, not both")
+    if (rewards or weights) and not args.prompts:
+        raise ValueError("--reward and --reward-weights go with --prompts (a --task brings its own reward)")
+    if args.prompts and command == "sft":
+        rows = load_prompt_rows(args.prompts, required=("prompt", "completion"))
+        return SFTData([(row["prompt"], row["completion"]) for row in rows])
+    if args.prompts:
+        if not rewards:
+            raise ValueError("--prompts needs at least one --reward module:function to score the completions")
+        return prompts_task(args.prompts, [load_object(spec, "reward function") for spec in rewards], weights)
+    name = args.task or "arithmetic"
+    if command == "sft" and name == "arithmetic":
+        name = "minirlhf.tasks.arithmetic:sft_data"
+    make = load_object(TASKS.get(name, name), "task")
+    try:
+        made = make()
+    except TypeError as err:
+        raise ValueError(f"task {name!r} must be callable without arguments and return a Task: {err}") from err
+    expected = SFTData if command == "sft" else Task
+    if not isinstance(made, expected):
+        raise ValueError(f"task {name!r} returned a {type(made).__name__}; {command} needs a {expected.__name__}")
+    return made
 
 
 def _sample(argv: list[str]) -> None:
@@ -94,11 +146,11 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = argv[0], argv[1:]
     if command in ("demo", "sample"):
         return {"demo": _demo, "sample": _sample}[command](rest)
-    methods = _methods()
-    config_cls, run = methods["reinforce" if command == "rloo" else command]
+    config_cls, train = _methods()["reinforce" if command == "rloo" else command]
     parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}", allow_abbrev=False)
     add_config_arguments(parser, config_cls)
     parser.add_argument("--preset", choices=sorted(PRESETS), help="GPU-sized settings (minirlhf.presets); flags win")
+    _add_task_arguments(parser, command)
     if command == "rloo":
         parser.set_defaults(baseline="rloo")
     args = parser.parse_args(rest)
@@ -106,7 +158,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.set_defaults(**preset(args.preset, command))
         args = parser.parse_args(rest)
     config = config_from_args(config_cls, args, given_fields(parser, rest))
-    history = run(config)
+    try:
+        data = _task(command, args) if command in ONLINE + ("sft",) else None  # dpo, reward model: --pairs
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
+    history = train(data, config)[2]
     from minirlhf.distributed import is_main_process
 
     if is_main_process():  # under `accelerate launch`, one process reports

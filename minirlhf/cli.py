@@ -2,12 +2,20 @@
 
 A field that may be None (`int | None`, `str | None`, ...) takes `none`; a bool field takes true/false, and its bare
 flag (`--debug`) means true. Unknown flags and abbreviations are errors (argparse's own message names them).
+
+The help of each flag is the field's own documentation: the comment written beside it (and any comment lines right
+above it) in the config class, read from the source with `tokenize`, with its allowed values (`choice` fields) and
+its default. The config stays the one place where a setting is explained.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
+import io
+import textwrap
+import tokenize
 import types
 import typing
 from collections.abc import Callable
@@ -40,12 +48,51 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
 
 
+def field_docs(config_cls: type) -> dict[str, str]:
+    """field name -> its documentation: the comments beside (and right above) its line in the class source. A
+    subclass that comments a field again adds its note to the base class's meaning."""
+    docs: dict[str, str] = {}
+    for cls in reversed(config_cls.__mro__):
+        own = vars(cls).get("__annotations__", {})
+        if not own:
+            continue
+        source = textwrap.dedent(inspect.getsource(cls))
+        notes: dict[str, list[str]] = {}
+        above: list[str] = []  # comment lines waiting for the field below them
+        current = None  # the field whose line is being read
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                text = tok.string.lstrip("#").strip()
+                if tok.line.strip().startswith("#"):
+                    above.append(text)
+                elif current is not None:
+                    notes.setdefault(current, []).append(text)
+            elif tok.type == tokenize.NAME and tok.start[1] == 4:  # a statement of the class body
+                current = tok.string if tok.string in own and tok.line.split(":")[0].strip() == tok.string else None
+                if current is not None:
+                    notes[current] = above
+                above = []
+            elif tok.type == tokenize.NL and not tok.line.strip():  # a blank line ends a comment block
+                above = []
+        for name, lines in notes.items():
+            if lines:
+                docs[name] = "; ".join(filter(None, [docs.get(name), " ".join(lines)]))
+    return docs
+
+
+def _metavar(tp: type, nullable: bool, choices: tuple[str, ...] | None) -> str:
+    shown = "|".join(choices) if choices else "true|false" if tp is bool else tp.__name__.upper()
+    return shown + ("|none" if nullable else "")
+
+
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
-    """One flag per dataclass field, with its default in the help text."""
+    """One flag per dataclass field: `--scale group|batch|none` with the field's documentation and its default."""
     hints = typing.get_type_hints(config_cls)  # resolves the string annotations of `from __future__`
+    docs = field_docs(config_cls)
     for f in dataclasses.fields(config_cls):
         tp, nullable = _field_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else None
+        choices = f.metadata.get("choices")
         parse = _parse_bool if tp is bool else tp
         flag_only = {"nargs": "?", "const": True} if tp is bool else {}  # `--debug` alone means true
         parser.add_argument(
@@ -53,7 +100,8 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
             dest=f.name,
             type=_optional(parse) if nullable else parse,
             default=default,
-            help=f"(default: {default!r})" + (", none for None" if nullable else ""),
+            metavar=_metavar(tp, nullable, choices),
+            help=f"{docs.get(f.name, '')} (default: {default!r})".replace("%", "%%").strip(),
             **flag_only,
         )
 

@@ -7,7 +7,9 @@ SFT, the reward model and DPO all score "prompt + completion" texts this way; th
 so ending the answer is learned like any other token.
 
 Preference data (reward model, DPO): `load_preference_pairs` reads (prompt, chosen, rejected) triples from JSONL,
-HH-RLHF-style full texts, or `datasets`, and `encode_preference_pairs` puts chosen and rejected in one batch.
+HH-RLHF-style full texts, or `datasets`; `preference_data` turns a source into the `PreferenceData` the trainers
+take (train pairs, held-out pairs, an optional sampling evaluation); `encode_preference_pairs` puts chosen and
+rejected in one batch. SFT's demonstrations travel the same way, as `SFTData`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -132,6 +135,51 @@ def load_preference_pairs(
         )
     rows = _rows_from_datasets(source, split, local=False)
     return _pairs_from_rows(rows, f"{source} ({split} split)", "row", skip_invalid)
+
+
+@dataclass(frozen=True)
+class SFTData:
+    """What `train_sft` learns from: (prompt, completion) demonstrations, and optionally a held-out evaluation
+    `evaluate(model, tokenizer) -> dict` (e.g. `arithmetic.task().evaluate`)."""
+
+    examples: Sequence[tuple[str, str]]
+    evaluate: Callable[..., dict[str, float]] | None = None
+
+
+@dataclass(frozen=True)
+class PreferenceData:
+    """What `train_reward_model` and `train_dpo` learn from.
+
+    `test` pairs, when given, are scored at every evaluation (eval/accuracy, eval/margin, ...). `evaluate`, when
+    given, samples from a policy on held-out prompts: `evaluate(model, tokenizer, ref_model=, n_prompts=,
+    samples_per_prompt=, seed=, max_new_tokens=) -> dict`, as `tasks.sentiment.evaluate_sentiment` (DPO only).
+    """
+
+    train: Sequence[PreferencePair]
+    test: Sequence[PreferencePair] | None = None
+    evaluate: Callable[..., dict[str, float]] | None = None
+
+
+def preference_data(source: PreferenceData | Sequence[PreferencePair] | str | os.PathLike) -> PreferenceData:
+    """The `PreferenceData` of a source: itself, a list of pairs (no held-out set), or anything
+    `load_preference_pairs` reads: its "train" split, and its "test" split when the source is a folder (or a
+    shipped name) that has one. The shipped "sentiment" pairs come with their sampling evaluation (VADER)."""
+    if isinstance(source, PreferenceData):
+        data = source
+    elif isinstance(source, str | os.PathLike):
+        folder = PREFERENCE_DATASETS.get(str(source), Path(source))
+        test = load_preference_pairs(source, "test") if (folder / "test.jsonl").is_file() else None
+        evaluate = None
+        if str(source) == "sentiment":
+            from minirlhf.tasks.sentiment import evaluate_sentiment as evaluate
+        data = PreferenceData(load_preference_pairs(source, "train"), test, evaluate)
+    else:
+        data = PreferenceData(source)
+    if isinstance(data.train, list | tuple) and len(data.train) == 0:
+        raise ValueError("PreferenceData.train is empty: preference training needs at least one pair")
+    # the checks of the file loader, for the Python API too (dicts become pairs; a bad item names its index)
+    test = validate_pairs(data.test, "PreferenceData.test") if data.test else None
+    return PreferenceData(validate_pairs(data.train, "PreferenceData.train"), test, data.evaluate)
 
 
 def split_shared_prefix(chosen: str, rejected: str) -> tuple[str, str, str]:

@@ -52,16 +52,20 @@ def check_logprobs(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tenso
     return metrics
 
 
+def zero_std_groups(rewards: torch.Tensor, group_size: int) -> float:
+    """The share of groups (consecutive runs of G rewards) whose rewards are all equal: their advantages are 0."""
+    return (rewards.view(-1, group_size).std(-1) < 1e-6).float().mean().item()
+
+
 def check_groups(rewards: torch.Tensor, advantages: torch.Tensor | None, group_size: int) -> dict[str, float]:
     """Rewards (B,) in consecutive groups of G: the share of groups with no reward variance and, for group-relative
     advantages (B,) (GRPO, RLOO; None for others), the largest group mean, which must be 0."""
     if group_size < 2:
         return {}
-    groups = rewards.view(-1, group_size)
-    metrics = {"debug/zero_variance_groups": (groups.std(-1) < 1e-6).float().mean().item()}
-    if metrics["debug/zero_variance_groups"] > ZERO_VARIANCE_LIMIT:
+    metrics = {"zero_std_groups": zero_std_groups(rewards, group_size)}
+    if metrics["zero_std_groups"] > ZERO_VARIANCE_LIMIT:
         _warn(
-            f"{metrics['debug/zero_variance_groups']:.0%} of the groups give every completion the same reward, "
+            f"{metrics['zero_std_groups']:.0%} of the groups give every completion the same reward, "
             "so their advantages are 0 and they teach nothing: the task is too hard or too easy for this policy, "
             "the reward ignores the completion, or the temperature is too low for the group to differ"
         )

@@ -103,11 +103,9 @@ def _grouped(rewards: Tensor, group_size: int) -> Tensor:
         raise ValueError(f"rewards must be 1-D (B,), got shape {tuple(rewards.shape)}")
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN or inf")
-    if not isinstance(group_size, int) or group_size < 2 or rewards.numel() % group_size:
-        raise ValueError(
-            f"group_size must be an int >= 2 that divides the batch size {rewards.numel()}, "
-            f"got {group_size!r}"
-        )
+    check_group_size(group_size)
+    if rewards.numel() % group_size:
+        raise ValueError(f"group_size must divide the batch size {rewards.numel()}, got {group_size!r}")
     return rewards.view(-1, group_size)
 
 
@@ -119,6 +117,36 @@ def _check_overflow(advantages: Tensor, rewards: Tensor) -> Tensor:
             f"rescale the reward function (|R| within ~1e3 is plenty)"
         )
     return advantages
+
+
+# The checks of the methods' settings: the losses run them, and the configs call them (the rule lives here once).
+
+
+def check_group_size(group_size: int) -> None:
+    """G >= 2: the group is the baseline (GRPO's mean and std, RLOO's mean of the others), and one answer has none."""
+    if not isinstance(group_size, int) or group_size < 2:
+        raise ValueError(f"group_size must be >= 2 (a group of one has no baseline), got {group_size!r}")
+
+
+def check_gae(gamma: float, lam: float) -> None:
+    """γ and λ of GAE are weights of future terms: both in [0, 1]."""
+    _check_interval("gamma", gamma, 0.0, 1.0)
+    _check_interval("lam", lam, 0.0, 1.0)
+
+
+def check_ema_decay(decay: float) -> None:
+    """The EMA baseline's decay lies in [0, 1): at 1 the baseline would never move from its first value."""
+    if not 0.0 <= decay < 1.0:
+        raise ValueError(f"ema_decay must be in [0, 1), got {decay}")
+
+
+def check_dpo_options(beta: float, loss_type: str, label_smoothing: float) -> None:
+    """β > 0, a known loss type, and label smoothing ls in [0, 0.5] for the sigmoid (DPO) loss only."""
+    _check_positive("beta", beta)
+    _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
+    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
+    if label_smoothing and loss_type != "sigmoid":
+        raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
 
 
 def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -263,6 +291,31 @@ def rloo_advantages(rewards: Tensor, group_size: int) -> Tensor:
     return _check_overflow((R - baseline).reshape(-1), rewards)
 
 
+def kl_shaped_rewards(
+    rewards: Tensor, old_logp: Tensor, ref_logp: Tensor | None, mask: Tensor, beta: float
+) -> Tensor:
+    """The reward with the KL leash folded in, one number per sequence (RLOO's recipe):
+
+        R'(x, y) = R(x, y) - β Σ_t log p_θold(y_t|..)/p_ref(y_t|..)      (k1 summed over the response)
+
+    ``rewards`` is (B,), the log-probs and ``mask`` (B, T). Without ``ref_logp`` (β = 0) R' = R.
+    """
+    if ref_logp is None:
+        return rewards
+    return rewards - beta * masked_sum(kl_k1(old_logp, ref_logp), mask, dim=-1)
+
+
+def ema_baseline(baseline: Tensor | None, rewards: Tensor, decay: float) -> Tensor:
+    """A moving-average baseline, a cheap value estimate: b <- decay · b + (1 - decay) · mean(R).
+
+    The first batch starts it at its own mean. Â = R - b keeps the gradient unbiased (b does not depend on y).
+    """
+    check_ema_decay(decay)
+    if baseline is None:
+        return rewards.mean()
+    return decay * baseline + (1 - decay) * rewards.mean()
+
+
 # ----------------------------------------------------------------------------- PPO
 
 
@@ -277,8 +330,7 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     Returns (advantages, returns), both (B, T) with zeros at padded positions.
     """
     _check_same_shape(rewards=rewards, values=values, mask=mask)
-    _check_interval("gamma", gamma, 0.0, 1.0)
-    _check_interval("lam", lam, 0.0, 1.0)
+    check_gae(gamma, lam)
     rewards, values = _zero_padding(mask, rewards, values)  # padding: r = 0, V = 0
     next_value = values.new_zeros(values.shape[0])  # (B,) V(s_T) = 0
     next_adv = values.new_zeros(values.shape[0])  # (B,)
@@ -291,6 +343,30 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     advantages = torch.cat(advantages[::-1], dim=1)  # (B, T)
     (returns,) = _zero_padding(mask, advantages + values)
     return advantages, returns
+
+
+def token_rewards(rewards: Tensor, mask: Tensor, kl: Tensor | None = None, beta: float = 0.0) -> Tensor:
+    """Per-token rewards (B, T) from sequence rewards (B,) and per-token KL estimates (B, T):
+
+        r_t = -β · kl_t  +  R(x, y) on the last real token of the response;   0 on padding
+
+    so that Σ_t r_t = R(x, y) - β Σ_t kl_t. ``mask`` is right-padded (every response starts at column 0), so
+    the last real token is column |y| - 1.
+    """
+    r = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # (B, T)
+    if kl is not None and beta > 0:
+        r = r - beta * kl
+    last = (mask.sum(-1).long() - 1).clamp_min(0)  # (B,) column of each response's last token (EOS if any)
+    r[torch.arange(mask.shape[0], device=mask.device), last] += rewards
+    return torch.where(mask.bool(), r, torch.zeros_like(r))
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
+    """1 - Var(R_t - V) / Var(R_t) over real tokens: 1 = V predicts the returns, 0 = no better than a constant."""
+    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+    residual = returns - values
+    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
+    return (1 - var_residual / var_returns.clamp_min(1e-8)).item()
 
 
 def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps: float) -> Tensor:
@@ -479,11 +555,7 @@ def dpo_loss(
         ref_chosen_logps=ref_chosen_logps,
         ref_rejected_logps=ref_rejected_logps,
     )
-    _check_positive("beta", beta)
-    _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
-    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
-    if label_smoothing and loss_type != "sigmoid":
-        raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
+    check_dpo_options(beta, loss_type, label_smoothing)
     chosen_logratio = policy_chosen_logps - ref_chosen_logps  # log p_θ(y_w)/p_ref(y_w)
     rejected_logratio = policy_rejected_logps - ref_rejected_logps  # log p_θ(y_l)/p_ref(y_l)
     h = chosen_logratio - rejected_logratio  # (B,)

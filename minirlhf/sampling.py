@@ -36,7 +36,6 @@ class Rollout:
     response_mask: torch.Tensor  # (B, P + N) 1 on response tokens up to and including EOS
     logprobs: torch.Tensor  # (B, P + N) sampling-time log p_θold(y_t | ...), zero off the response
     prompt_length: int  # P: responses start at this column
-    group_size: int  # G
     ended_with_eos: torch.Tensor  # (B,) bool: False means truncated at max_new_tokens
 
     @property
@@ -173,7 +172,6 @@ def sample(
         response_mask=torch.cat([zeros, response_mask.long()], dim=1),
         logprobs=torch.cat([zeros.float(), token_logp], dim=1),
         prompt_length=P,
-        group_size=group_size,
         ended_with_eos=~alive,
     )
 

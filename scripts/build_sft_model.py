@@ -27,7 +27,7 @@ def main() -> None:
     t0 = time.time()
     config = SFTConfig(model="tiny", steps=args.steps, seed=args.seed, eval_every=max(1, args.steps // 5),
                        device="cpu", progress=False)
-    model, tokenizer, history = train_sft(arithmetic.sft_examples(), config, evaluate=arithmetic.task().evaluate)
+    model, tokenizer, history = train_sft(arithmetic.sft_data(), config)
     for step, acc in zip(*history.column("eval/accuracy")):
         print(f"step {step:4d}  held-out accuracy {acc:.3f}")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -107,7 +107,7 @@ def test_dpo_checks_lengths_before_training():
 def test_empty_data_sets_are_errors(tmp_path):
     with pytest.raises(ValueError, match="examples is empty"):
         train_sft([], SFTConfig(steps=1, progress=False))
-    with pytest.raises(ValueError, match="train_pairs is empty"):
+    with pytest.raises(ValueError, match="PreferenceData.train is empty"):
         train_dpo([], DPOConfig(steps=1, progress=False))
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(ValueError, match=r"empty\.jsonl is empty"):

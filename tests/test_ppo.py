@@ -6,12 +6,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from minirlhf.losses import gae
+from minirlhf.losses import gae, token_rewards
 from minirlhf.models import SHIPPED, ValueHead
 from minirlhf.sampling import sample
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.online import Experience
-from minirlhf.trainers.ppo import PPOConfig, policy_forward, token_rewards, train_ppo
+from minirlhf.trainers.ppo import PPOConfig, policy_forward, train_ppo
 
 
 def _quick_task(n_eval: int = 32):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from minirlhf.data import (
+    PreferenceData,
     PreferencePair,
     encode_preference_pairs,
     encode_prompt_completion,
@@ -254,7 +255,7 @@ def test_precomputed_reference_gives_the_same_losses_as_the_live_one():
     runs = {}
     for precompute in (False, True):
         config = DPOConfig(steps=5, batch_size=8, eval_prompts=0, precompute_ref=precompute, progress=False)
-        runs[precompute] = train_dpo(pairs, config, eval_pairs=pairs[:16])
+        runs[precompute] = train_dpo(PreferenceData(pairs, test=pairs[:16]), config)
     live, pre = runs[False][2], runs[True][2]
     for key in ("loss", "rewards/margin", "logps/chosen", "eval/loss", "eval/rewards/accuracy"):
         assert pre.column(key)[1] == pytest.approx(live.column(key)[1], abs=1e-5), key
@@ -266,9 +267,10 @@ def test_precomputed_reference_gives_the_same_losses_as_the_live_one():
 
 
 def test_dpo_logs_the_promised_metrics_and_checks_its_config(tiny):
+    from minirlhf.tasks.sentiment import evaluate_sentiment
     from minirlhf.trainers.dpo import DPOConfig, train_dpo
 
-    pairs = load_preference_pairs("sentiment")[:8]
+    pairs = PreferenceData(load_preference_pairs("sentiment")[:8], evaluate=evaluate_sentiment)
     _, _, history = train_dpo(pairs, DPOConfig(steps=2, batch_size=4, eval_prompts=2, eval_samples=2,
                                                progress=False))
     step = history[1]
@@ -289,15 +291,15 @@ def test_cli_runs_dpo_and_reward_model(tmp_path, capsys):
     from minirlhf.trainers.dpo import DPOConfig
     from minirlhf.trainers.reward_model import RewardModelConfig
 
-    assert DPOConfig().data == RewardModelConfig().data == "sentiment"  # the shipped pairs by default
+    assert DPOConfig().pairs == RewardModelConfig().pairs == "sentiment"  # the shipped pairs by default
     data = tmp_path / "pairs"  # a small folder in the shipped layout, to keep the test fast
     for split in ("train", "test"):
         save_preference_pairs(load_preference_pairs("sentiment", split)[:8], data / f"{split}.jsonl")
-    main(["dpo", "--data", str(data), "--steps", "1", "--batch-size", "4", "--eval-prompts", "2",
+    main(["dpo", "--pairs", str(data), "--steps", "1", "--batch-size", "4", "--eval-prompts", "2",
           "--eval-samples", "1", "--progress", "false", "--out-dir", str(tmp_path / "dpo")])
     assert "eval/rewards/accuracy" in capsys.readouterr().out
     assert (tmp_path / "dpo" / "model" / "model.safetensors").is_file()
-    main(["reward-model", "--data", str(data), "--steps", "1", "--batch-size", "4", "--progress", "false",
+    main(["reward-model", "--pairs", str(data), "--steps", "1", "--batch-size", "4", "--progress", "false",
           "--out-dir", str(tmp_path / "rm")])
     assert "eval/accuracy" in capsys.readouterr().out
     assert (tmp_path / "rm" / "reward_model" / "reward_head.safetensors").is_file()

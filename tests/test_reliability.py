@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import save_model
 
 from minirlhf.__main__ import main
-from minirlhf.data import PreferencePair, load_preference_pairs
+from minirlhf.data import PreferenceData, PreferencePair, load_preference_pairs, preference_data
 from minirlhf.losses import (
     KL_K3_LINEAR_ABOVE,
     KL_K3_LINEAR_ABOVE_FP16,
@@ -45,7 +45,7 @@ from minirlhf.trainers.checkpoint import (
 from minirlhf.trainers.common import History, call_reward, optimizer_step
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.guard import NonFiniteError, check_gradients
-from minirlhf.trainers.reward_model import resolve_pairs, train_reward_model
+from minirlhf.trainers.reward_model import train_reward_model
 
 REPO = Path(__file__).resolve().parent.parent
 ONLINE = dict(model="tiny-sft", device="cpu", prompts_per_step=2, group_size=4, max_new_tokens=4, eval_every=1000,
@@ -342,17 +342,18 @@ def test_reward_functions_breaking_the_contract_are_named(rewards, message):
 
 
 @pytest.mark.parametrize("pairs, message", [
-    ([{"prompt": "Hi", "chosen": " a", "rejected": " a"}], "train_pairs, item 0: field 'rejected' is identical"),
-    ([PreferencePair("", " a", " b")], "train_pairs, item 0: field 'prompt' is empty"),
+    ([{"prompt": "Hi", "chosen": " a", "rejected": " a"}], "train, item 0: field 'rejected' is identical"),
+    ([PreferencePair("", " a", " b")], "PreferenceData.train, item 0: field 'prompt' is empty"),
     ([PreferencePair("Hi", " a", " b"), PreferencePair(3, " a", " b")], "item 1: field 'prompt' must be a string"),
     ([{"prompt": "Hi", "chosen": " a"}], "item 0: missing field 'rejected'"),
-    ({"prompt": "Hi", "chosen": " a", "rejected": " b"}, "train_pairs must be a list of PreferencePair"),
+    ({"prompt": "Hi", "chosen": " a", "rejected": " b"}, "PreferenceData.train must be a list of PreferencePair"),
 ])
 def test_pairs_given_to_the_python_api_get_the_file_loaders_checks(pairs, message):
     with pytest.raises(ValueError, match=message):
         train_reward_model(pairs)
     dicts = [{"prompt": "Hi", "chosen": " a", "rejected": " b"}]
-    assert resolve_pairs(dicts, dicts, "sentiment") == ([PreferencePair("Hi", " a", " b")],) * 2
+    data = preference_data(PreferenceData(dicts, dicts))
+    assert (data.train, data.test) == ([PreferencePair("Hi", " a", " b")],) * 2
 
 
 def test_a_malformed_json_preference_file_names_the_file_and_the_cause(tmp_path):

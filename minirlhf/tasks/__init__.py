@@ -9,14 +9,18 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
 class Task:
-    """What an online trainer needs from a task."""
+    """What an online trainer (REINFORCE/RLOO, PPO, GRPO) learns from: prompts, a reward, and optionally a
+    held-out evaluation. `minirlhf.tasks.user` builds one from a prompt file and reward functions of your own."""
 
     name: str
-    train_prompts: Callable[[int, random.Random], list[str]]  # (n, rng) -> n training prompts
-    reward_fn: Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> floats
-    evaluate: Callable[..., dict[str, float]]  # (model, tokenizer) -> held-out metrics
+    # (n, rng) -> n training prompts: strings, or rows {"prompt": str, column: value, ...} whose other columns
+    # reach the reward function as keyword lists (one value per completion), as in TRL
+    train_prompts: Callable[[int, random.Random], list[str] | list[dict[str, Any]]]
+    reward_fn: Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
     max_new_tokens: int  # response budget when sampling
+    evaluate: Callable[..., dict[str, float]] | None = None  # (model, tokenizer) -> held-out metrics; None = none

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minirlhf.data import SFTData
 from minirlhf.sampling import sample
 from minirlhf.tasks import Task
 
@@ -86,6 +87,11 @@ def train_prompts(n: int, rng: random.Random) -> list[str]:
 def sft_examples() -> list[tuple[str, str]]:
     """(prompt, answer) for every train problem: the SFT data (EOS is appended when encoding)."""
     return [(p.prompt, p.answer) for p in _train_pool()]
+
+
+def sft_data() -> SFTData:
+    """The SFT demonstrations with the task's held-out accuracy as their evaluation (what `train_sft` takes)."""
+    return SFTData(sft_examples(), evaluate=task().evaluate)
 
 
 @functools.cache

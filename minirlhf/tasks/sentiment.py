@@ -137,6 +137,12 @@ def evaluate_sentiment(
     return metrics
 
 
+def train_prompts(n: int, rng: random.Random) -> list[str]:
+    """`n` review openings of the train split, drawn with replacement (never a held-out opening)."""
+    openings = sentiment_prompts("train")
+    return [rng.choice(openings) for _ in range(n)]
+
+
 def sentiment_task(reward_model, ref_model: nn.Module | None = None, tokenizer=None, **eval_kwargs: Any) -> Task:
     """The sentiment task for the online trainers (`train_grpo`, `train_ppo`, ...), rewarded by a LEARNED model.
 
@@ -146,11 +152,6 @@ def sentiment_task(reward_model, ref_model: nn.Module | None = None, tokenizer=N
     "reward" (the proxy being optimised). Pass `ref_model` (p_ref) to also log the held-out KL, and `tokenizer`
     when the reward model does not carry its own. `eval_kwargs` go to `evaluate_sentiment`.
     """
-    openings = sentiment_prompts("train")
-
-    def train_prompts(n: int, rng: random.Random) -> list[str]:
-        return [rng.choice(openings) for _ in range(n)]
-
     def learned_reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
         return reward_model.score(prompts, completions, tokenizer=tokenizer)
 
@@ -164,5 +165,17 @@ def sentiment_task(reward_model, ref_model: nn.Module | None = None, tokenizer=N
         train_prompts=train_prompts,
         reward_fn=learned_reward,
         evaluate=evaluate,
+        max_new_tokens=eval_kwargs.get("max_new_tokens", MAX_NEW_TOKENS),
+    )
+
+
+def vader_task(**eval_kwargs: Any) -> Task:
+    """The sentiment task rewarded by VADER itself (`python -m minirlhf grpo --task sentiment`): the reward is the
+    ground truth, so there is no proxy to over-optimise. `eval_kwargs` go to `evaluate_sentiment`."""
+    return Task(
+        name="sentiment",
+        train_prompts=train_prompts,
+        reward_fn=sentiment_reward,
+        evaluate=lambda model, tokenizer: evaluate_sentiment(model, tokenizer, **eval_kwargs),
         max_new_tokens=eval_kwargs.get("max_new_tokens", MAX_NEW_TOKENS),
     )

@@ -1,5 +1,6 @@
-"""What every trainer shares: the config base, seeding, loading the policy, the optimizer step, evaluation, the
-metrics history, and checked reward calls."""
+"""What every trainer shares: the config base, seeding, loading the policy, the optimizer step, the metrics
+history, checked reward calls, and `Run`: the plumbing around a trainer's loop (evaluation, updates, logging,
+checkpoints) in one place, so that the loop itself shows only its algorithm."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import random
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,15 @@ from torch import nn
 
 from minirlhf.models import check_tokenizer, load_model
 from minirlhf.precision import PRECISIONS
-from minirlhf.trainers.checkpoint import release_run_folder, run_folder
+from minirlhf.trainers.checkpoint import Checkpointer, RandomSource, release_run_folder, run_folder
 from minirlhf.trainers.guard import check_gradients, check_weights, finite_row
 
 RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
+
+
+def choice(default: str, choices: Sequence[str]) -> Any:
+    """A config field that must hold one of `choices`: `TrainConfig.validate` checks it, `--help` lists them."""
+    return field(default=default, metadata={"choices": tuple(choices)})
 
 
 @dataclass
@@ -38,10 +44,11 @@ class TrainConfig:
     max_grad_norm: float = 1.0  # gradient clipping (global norm)
     seed: int = 0  # seeds python, numpy and torch (sampling included)
     device: str = "auto"  # "auto" = cuda, then mps, then cpu
-    precision: str = "auto"  # autocast dtype: "auto" = bf16 on a GPU (fp16 where it has no bf16), fp32 elsewhere
+    # autocast dtype: "auto" = bf16 on a GPU (fp16 where it has no bf16), fp32 elsewhere
+    precision: str = choice("auto", PRECISIONS)
     gradient_checkpointing: bool = False  # recompute activations in backward: less memory, ~30% more compute
     compile: bool = False  # torch.compile the model for the training forwards (a GPU; the first steps compile)
-    eval_every: int = 10  # held-out evaluation every N steps (and at the first and last step)
+    eval_every: int = 10  # held-out evaluation every N steps (and at the first and last step); 0 = never
     out_dir: str | None = None  # where metrics.jsonl and the final model go; None keeps everything in memory
     progress: bool = True  # tqdm progress bar
     save_every: int = 0  # write a checkpoint to <out_dir>/checkpoints/ every N steps; 0 = never
@@ -57,9 +64,11 @@ class TrainConfig:
     def validate(self) -> None:
         """Reject values that cannot work, naming the field. Subclasses add their own checks."""
         require_types(self)
-        require_positive(self, "steps", "lr", "eval_every", "keep_checkpoints")
-        require_non_negative(self, "max_grad_norm", "save_every")
-        require_choice(self, "precision", PRECISIONS)
+        for f in fields(self):
+            if "choices" in f.metadata:
+                require_choice(self, f.name, f.metadata["choices"])
+        require_positive(self, "steps", "lr", "keep_checkpoints")
+        require_non_negative(self, "max_grad_norm", "save_every", "eval_every")
         if self.save_every and self.out_dir is None:
             raise ValueError(f"{type(self).__name__}.save_every={self.save_every} needs an out_dir to write to")
 
@@ -100,6 +109,14 @@ def _is_a(value: Any, declared: type) -> bool:
     if declared is float:
         return isinstance(value, numbers.Real)
     return isinstance(value, declared)
+
+
+def require(config: Any, check: Callable[..., None], *names: str) -> None:
+    """Run a check of `minirlhf.losses` (e.g. `check_gae`) on the named fields; its error names the config class."""
+    try:
+        check(*(getattr(config, name) for name in names))
+    except ValueError as err:
+        raise ValueError(f"{type(config).__name__}.{err}") from None
 
 
 def require_positive(config: Any, *names: str) -> None:
@@ -302,3 +319,84 @@ def make_history(
 ) -> History:
     path = Path(config.out_dir) / "metrics.jsonl" if config.out_dir else None
     return History(path, callbacks, rows)
+
+
+class Run:
+    """The plumbing of one training run, so that a trainer's loop reads as its algorithm:
+
+        run = Run(config, runtime, optimizer, params, {"prompts": rng}, evaluate, callbacks, model=model)
+        for step in run.steps("grpo"):
+            metrics = run.evaluate(step)                       # held-out metrics when due, else {}
+            ...                                                # the method's math
+            loss, grad_norm = run.update(loss, share_of=mask.sum())
+            run.add(loss=loss, grad_norm=grad_norm)            # per update: logged as the mean over the step's updates
+            run.log(step, metrics)                             # + the loop's own state as keywords, e.g. ema=ema
+        run.finish(model, tokenizer)                           # the last evaluation and the saved model
+
+    It starts fresh or resumes from `config.resume` (`run.start`, `run.loop_state`), evaluates through
+    `evaluate() -> dict` (keys already prefixed "eval/"; None or `eval_every = 0`: never), steps the optimizer
+    through `optimizer_step`, averages metrics over the processes, writes them to `run.history` and saves
+    checkpoints. `modules` are the trained modules a checkpoint holds (e.g. model=..., value_head=...).
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        runtime: Any,
+        optimizer: torch.optim.Optimizer,
+        params: Sequence[nn.Parameter],
+        rngs: dict[str, RandomSource],
+        evaluate: Callable[[], dict[str, float]] | None = None,
+        callbacks: Sequence[Callable[[History], None]] = (),
+        **modules: nn.Module,
+    ):
+        self.config, self.runtime, self.optimizer, self.params = config, runtime, optimizer, list(params)
+        self._evaluate = evaluate if config.eval_every else None
+        self.checkpointer = Checkpointer(config, optimizer, rngs, runtime.scaler, **modules)
+        self.start, logged, self.loop_state = self.checkpointer.resume()  # step 0, no rows, no state when fresh
+        self.history = make_history(config, callbacks, logged)
+        self._sums: dict[str, float] = {}  # metric -> sum over this step's updates
+        self._counts: dict[str, int] = {}  # metric -> how many updates logged it
+
+    def steps(self, desc: str, total: int | None = None):
+        """The steps still to run (all of them, unless resumed), with a progress bar when config.progress."""
+        return progress(range(self.start, total or self.config.steps), self.config.progress, desc)
+
+    def evaluate(self, step: int | None = None) -> dict[str, float]:
+        """The held-out metrics when evaluation is due at `step` (every eval_every steps; always when step is None)."""
+        if self._evaluate is None or (step is not None and step % self.config.eval_every):
+            return {}
+        return self._evaluate()
+
+    def update(self, loss: torch.Tensor, share_of: torch.Tensor | float | None = None):
+        """One optimisation step on `loss`: share -> backward -> unscale -> clip -> step (`optimizer_step`).
+
+        `share_of` is the count the loss averages over on this process (tokens, sequences or pairs): under several
+        processes the loss is weighted by its share of the global count, so that DDP's average of the gradients
+        is the gradient of the mean over the global batch (`Runtime.share`; 1 on one process). Returns that
+        weighted loss and the gradient norm before clipping."""
+        if share_of is not None:
+            loss = loss * self.runtime.share(share_of)
+        self.runtime.backward(loss)
+        return loss, optimizer_step(self.optimizer, self.params, self.config.max_grad_norm, self.runtime.scaler)
+
+    def add(self, **metrics: float | torch.Tensor) -> None:
+        """Metrics of one update; the next `log` writes their mean over the step's updates (one rule for all)."""
+        for key, value in metrics.items():
+            self._sums[key] = self._sums.get(key, 0.0) + _plain(value)
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def log(self, step: int, metrics: dict[str, Any], **loop_state: Any) -> None:
+        """Write the step's metrics (and the means of `add`), averaged over the processes; save a checkpoint when
+        one is due, with the loop's own state (restored into `loop_state` on resume)."""
+        means = {key: total / self._counts[key] for key, total in self._sums.items()}
+        self._sums, self._counts = {}, {}
+        self.history.log(step, **self.runtime.reduce(metrics | means))
+        self.checkpointer.save_if_due(step + 1, self.history, **loop_state)
+
+    def finish(self, model: nn.Module | None = None, tokenizer=None, steps: int | None = None) -> Path | None:
+        """Log the held-out metrics of the final model (when there is an evaluation) after the last step (`steps`,
+        default config.steps), and save `model` and `tokenizer` with `save_run` (when given)."""
+        if self._evaluate is not None:
+            self.history.log(steps or self.config.steps, **self.evaluate())
+        return save_run(model, tokenizer, self.config, self.history) if model is not None else None

@@ -24,33 +24,29 @@ from dataclasses import dataclass
 
 import torch
 
-from minirlhf.data import PreferencePair, check_pair_lengths, encode_preference_pairs
+from minirlhf.data import PreferenceData, PreferencePair, check_pair_lengths, encode_preference_pairs, preference_data
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
-from minirlhf.losses import DPO_LOSS_TYPES, dpo_loss, pair_accuracy
+from minirlhf.losses import DPO_LOSS_TYPES, check_dpo_options, dpo_loss, pair_accuracy
 from minirlhf.models import disable_dropout, frozen_copy
-from minirlhf.tasks.sentiment import MAX_NEW_TOKENS, evaluate_sentiment
-from minirlhf.trainers.checkpoint import Checkpointer
+from minirlhf.tasks.sentiment import MAX_NEW_TOKENS
 from minirlhf.trainers.common import (
+    Run,
     TrainConfig,
+    choice,
     load_policy,
-    make_history,
     make_optimizer,
-    optimizer_step,
-    progress,
-    require_choice,
+    require,
     require_non_negative,
     require_positive,
-    save_run,
     set_seed,
 )
-from minirlhf.trainers.reward_model import resolve_pairs
 
 
 @dataclass
 class DPOConfig(TrainConfig):
     model: str = "tiny"  # p_θ and p_ref start here; for the sentiment task the base model plays the SFT policy
-    data: str = "sentiment"  # pairs when train_dpo gets none: shipped name, folder, .jsonl file or hub name
+    pairs: str = "sentiment"  # preference pairs: shipped name, folder of {train,test}.jsonl, .jsonl file or hub name
     steps: int = 100  # 100 x 32 = 1.6 passes over the 2000 shipped pairs
     epochs: float | None = None  # when set, overrides steps: ceil(epochs · n_pairs / batch_size)
     lr: float = 5e-4
@@ -59,7 +55,7 @@ class DPOConfig(TrainConfig):
     # defaults: β = 0.5 took held-out sentiment 0.09 -> 0.90 at KL 11 nats; the paper's β = 0.1 reached 0.83 only
     # at KL 24 (lr 5e-4, 50 steps), or 0.79 at KL 15 (lr 1e-4, 200 steps).
     beta: float = 0.5
-    loss_type: str = "sigmoid"  # "sigmoid" (DPO), "ipo", "hinge"
+    loss_type: str = choice("sigmoid", DPO_LOSS_TYPES)  # "sigmoid" (DPO), "ipo", "hinge"
     label_smoothing: float = 0.0  # assumed fraction of flipped labels (conservative DPO), sigmoid only
     precompute_ref: bool = False  # compute log p_ref once before training and never hold p_ref in memory
     max_length: int | None = None  # tokens per sequence (completions are cut); None = the model's context size
@@ -70,13 +66,9 @@ class DPOConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        require_positive(self, "batch_size", "beta", "eval_samples", "max_new_tokens")
+        require_positive(self, "batch_size", "eval_samples", "max_new_tokens")
         require_non_negative(self, "eval_prompts")
-        require_choice(self, "loss_type", DPO_LOSS_TYPES)
-        if not 0.0 <= self.label_smoothing <= 0.5:
-            raise ValueError(f"DPOConfig.label_smoothing must lie in [0, 0.5], got {self.label_smoothing!r}")
-        if self.label_smoothing and self.loss_type != "sigmoid":
-            raise ValueError(f"DPOConfig.label_smoothing applies to loss_type='sigmoid' only, got {self.loss_type!r}")
+        require(self, check_dpo_options, "beta", "loss_type", "label_smoothing")
         if self.epochs is not None:
             require_positive(self, "epochs")
         if self.max_length is not None:
@@ -101,12 +93,13 @@ def pair_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...
 
 
 @torch.inference_mode()
-def reference_logps(ref, tokenizer, pairs: list[PreferencePair], max_length: int | None, batch_size: int = 256):
-    """log p_ref(y_w|x), log p_ref(y_l|x) for every pair, (N,) each: the precomputed reference."""
-    device = next(ref.parameters()).device
+def all_pair_logps(model, tokenizer, pairs: list[PreferencePair], max_length: int | None, batch_size: int = 256):
+    """log p(y_w|x), log p(y_l|x) of every pair, (N,) each, without autograd: the precomputed p_ref, and the
+    held-out evaluation of p_θ."""
+    device = next(model.parameters()).device
     chosen, rejected = [], []
     for i in range(0, len(pairs), batch_size):
-        c, r = pair_logps(ref, encode_pairs(tokenizer, pairs[i : i + batch_size], max_length, device))
+        c, r = pair_logps(model, encode_pairs(tokenizer, pairs[i : i + batch_size], max_length, device))
         chosen.append(c)
         rejected.append(r)
     return torch.cat(chosen), torch.cat(rejected)
@@ -117,7 +110,7 @@ def evaluate_implicit_rewards(model, tokenizer, pairs, ref_chosen, ref_rejected,
     """DPO's implicit reward β log p_θ(y|x)/p_ref(y|x) on held-out pairs: accuracy (chosen > rejected, a tie
     counts 1/2), margin, loss, and the mean sequence log-probs under p_θ. `ref_*` are log p_ref of the same
     pairs, (N,) each."""
-    chosen, rejected = reference_logps(model, tokenizer, pairs, max_length)  # the same batched no-grad pass
+    chosen, rejected = all_pair_logps(model, tokenizer, pairs, max_length)
     losses, r_chosen, r_rejected = dpo_loss(
         chosen, rejected, ref_chosen, ref_rejected, config.beta, config.loss_type, config.label_smoothing
     )
@@ -131,9 +124,8 @@ def evaluate_implicit_rewards(model, tokenizer, pairs, ref_chosen, ref_rejected,
 
 
 def train_dpo(
-    train_pairs_or_path: list[PreferencePair] | str | None = None,
+    data: PreferenceData | list[PreferencePair] | str | None = None,
     config: DPOConfig | None = None,
-    eval_pairs: list[PreferencePair] | str | None = None,
     model=None,
     tokenizer=None,
     callbacks=(),
@@ -142,47 +134,47 @@ def train_dpo(
 
         model, tokenizer, history = train_dpo("sentiment", DPOConfig(steps=100))
 
-    `train_pairs_or_path`: a list of `PreferencePair`, or anything `load_preference_pairs` reads (its "train"
-    split); None means `config.data`. When `eval_pairs` is None and that source is a folder (or shipped name) with
-    a test.jsonl, the test split is the held-out set.
+    `data`: `PreferenceData`, a list of pairs, or a source for `data.preference_data` (its train split, and its
+    test split as the held-out set); None means `config.pairs`.
     `model`/`tokenizer`: start from this policy instead of loading `config.model`; p_ref is a frozen copy of it.
 
     Logged every step: loss, rewards/{accuracy, margin, chosen, rejected} (implicit rewards β log p_θ/p_ref on
     the batch), logps/{chosen, rejected} (sequence log-probs under p_θ), grad_norm. Every `eval_every` steps, and
-    after the last one: eval/... implicit-reward metrics on `eval_pairs`, and eval/sentiment (VADER, ground
-    truth) of continuations sampled for held-out openings, with eval/kl = KL(p_θ || p_ref) on those samples
-    (not with `precompute_ref`, where p_ref is no longer in memory).
+    after the last one: eval/... implicit-reward metrics on the held-out pairs and, when the data has a sampling
+    evaluation (the shipped "sentiment" pairs: eval/sentiment, VADER, the ground truth), its metrics on
+    continuations sampled for held-out prompts, with eval/kl = KL(p_θ || p_ref) on those samples (not with
+    `precompute_ref`, where p_ref is no longer in memory).
     """
     config = config or DPOConfig()
-    train_pairs, eval_pairs = resolve_pairs(train_pairs_or_path, eval_pairs, config.data)
+    data = preference_data(config.pairs if data is None else data)
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     set_seed(config.seed)
     rng = random.Random(config.seed)
     model, tokenizer = load_policy(config, model, tokenizer)
     disable_dropout(model)  # p_θ and p_ref must give identical log-probs for identical weights
     max_length = config.max_length or getattr(model.config, "n_positions", None)  # None = the context size
-    check_pair_lengths(tokenizer, train_pairs + (eval_pairs or []), max_length)  # long completions are cut
-    steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(train_pairs) / config.batch_size)
+    check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)  # long completions are cut
+    steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
 
     # p_ref: either log-probs for every pair, computed now by the untouched model, or a frozen copy in memory.
     model.eval()
     if config.precompute_ref:
         ref = None
         with runtime.autocast():  # the precision the live p_ref would have
-            ref_chosen_all, ref_rejected_all = reference_logps(model, tokenizer, train_pairs, max_length)  # (N,)
+            ref_chosen_all, ref_rejected_all = all_pair_logps(model, tokenizer, data.train, max_length)  # (N,)
     else:
         ref = frozen_copy(model)
-    if eval_pairs:
-        eval_ref = reference_logps(model, tokenizer, eval_pairs, max_length)  # p_ref is fixed: score them once
+    if data.test and config.eval_every:
+        test_ref = all_pair_logps(model, tokenizer, data.test, max_length)  # p_ref is fixed: score them once
 
     def evaluate() -> dict[str, float]:
         model.eval()
         metrics = {}
-        if eval_pairs:
-            stats = evaluate_implicit_rewards(model, tokenizer, eval_pairs, *eval_ref, config, max_length)
+        if data.test:
+            stats = evaluate_implicit_rewards(model, tokenizer, data.test, *test_ref, config, max_length)
             metrics |= {f"eval/{k}": v for k, v in stats.items()}
-        if config.eval_prompts:
-            stats = evaluate_sentiment(
+        if data.evaluate is not None and config.eval_prompts:
+            stats = data.evaluate(
                 model, tokenizer, ref_model=ref, n_prompts=config.eval_prompts,
                 samples_per_prompt=config.eval_samples, seed=config.seed, max_new_tokens=config.max_new_tokens,
             )
@@ -192,19 +184,16 @@ def train_dpo(
 
     optimizer = make_optimizer(model.parameters(), config.lr)
     train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
-    checkpointer = Checkpointer(config, optimizer, {"order": rng}, runtime.scaler, model=model)
-    start, logged, loop_state = checkpointer.resume()  # step 0, no rows and no state, unless config.resume
-    history = make_history(config, callbacks, logged)
-    order: list[int] = loop_state.get("order", [])  # pairs of this epoch not yet used
+    run = Run(config, runtime, optimizer, model.parameters(), {"order": rng}, evaluate, callbacks, model=model)
+    order: list[int] = run.loop_state.get("order", [])  # pairs of this epoch not yet used
     device = next(model.parameters()).device
     model.train()
-    for step in progress(range(start, steps), config.progress, "dpo"):
-        metrics = evaluate() if step % config.eval_every == 0 else {}
-        order = order or rng.sample(range(len(train_pairs)), len(train_pairs))  # a fresh shuffle every epoch
+    for step in run.steps("dpo", steps):
+        metrics = run.evaluate(step)
+        order = order or rng.sample(range(len(data.train)), len(data.train))  # a fresh shuffle every epoch
         rows = [order.pop() for _ in range(min(config.batch_size, len(order)))]
         rows = runtime.shard(rows)  # this process's share of the global batch (all of it on one process)
-        batch = [train_pairs[i] for i in rows]
-        encoded = encode_pairs(tokenizer, batch, max_length, device)  # (2B, T) tensors: [chosen; rejected]
+        encoded = encode_pairs(tokenizer, [data.train[i] for i in rows], max_length, device)  # (2B, T): [y_w; y_l]
 
         with runtime.autocast():
             # 1. log p_θ(y_w|x), log p_θ(y_l|x): one forward over [chosen; rejected]          (B,), (B,)
@@ -220,10 +209,7 @@ def train_dpo(
             chosen, rejected, ref_chosen.clone(), ref_rejected.clone(),
             config.beta, config.loss_type, config.label_smoothing,
         )
-        loss = losses.mean() * runtime.share(len(batch))  # its part of the mean over the global batch
-        runtime.backward(loss)
-        grad_norm = optimizer_step(optimizer, model.parameters(), config.max_grad_norm, runtime.scaler)
-
+        loss, grad_norm = run.update(losses.mean(), share_of=len(rows))  # its part of the global batch's mean
         metrics |= {
             "loss": loss.item(),
             "rewards/accuracy": pair_accuracy(r_chosen, r_rejected),  # a tie counts 1/2
@@ -234,10 +220,8 @@ def train_dpo(
             "logps/rejected": rejected.mean().item(),
             "grad_norm": grad_norm.item(),
         }
-        history.log(step, **runtime.reduce(metrics))
-        checkpointer.save_if_due(step + 1, history, order=order)
+        run.log(step, metrics, order=order)
 
-    history.log(steps, **evaluate())  # the final policy, after the last update
+    run.finish(model, tokenizer, steps)  # the final policy, after the last update
     model.eval()
-    save_run(model, tokenizer, config, history)
-    return model, tokenizer, history
+    return model, tokenizer, run.history

@@ -15,19 +15,17 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from minirlhf.diagnostics import zero_std_groups
 from minirlhf.distributed import setup_runtime
-from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, grpo_advantages, grpo_loss, masked_mean
+from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, check_group_size, grpo_advantages, grpo_loss, masked_mean
 from minirlhf.tasks import Task
-from minirlhf.trainers.checkpoint import Checkpointer
 from minirlhf.trainers.common import (
+    Run,
+    choice,
     held_out_metrics,
-    make_history,
     make_optimizer,
-    optimizer_step,
-    progress,
-    require_choice,
+    require,
     require_positive,
-    save_run,
     set_seed,
 )
 from minirlhf.trainers.online import (
@@ -47,21 +45,17 @@ class GRPOConfig(OnlineConfig):
     eval_every: int = 25
     lr: float = 3e-4
     prompts_per_step: int = 32  # x group_size 8 = 256 completions per step
-    beta: float = 0.0  # no KL leash by default (as DAPO / Dr. GRPO); 0.04 is the GRPO paper's value
     eps: float = 0.2  # ε: clip range of the ratio r_t(θ)
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
-    scale: str = "group"  # advantage scaling: "group" std (GRPO), "batch" std, or "none" (Dr. GRPO)
-    aggregation: str = "token-mean"  # token weighting, see losses.aggregate ("seq-mean" = GRPO paper)
+    # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO)
+    scale: str = choice("group", GRPO_SCALES)
+    # how token terms are weighted into the loss, see losses.aggregate ("seq-mean" = the GRPO paper)
+    aggregation: str = choice("token-mean", AGGREGATIONS)
 
     def validate(self) -> None:
         super().validate()
         require_positive(self, "eps", "epochs")
-        require_choice(self, "scale", GRPO_SCALES)
-        require_choice(self, "aggregation", AGGREGATIONS)
-        if self.group_size < 2:
-            raise ValueError(
-                f"GRPOConfig.group_size must be >= 2 (a group of one has no baseline), got {self.group_size}"
-            )
+        require(self, check_group_size, "group_size")
 
 
 def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
@@ -73,23 +67,18 @@ def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokeniz
     model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
     optimizer = make_optimizer(model.parameters(), config.lr)
     train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
-    checkpointer = Checkpointer(config, optimizer, {"prompts": rng, "sampling": generator}, runtime.scaler, model=model)
-    start, logged, _ = checkpointer.resume()  # step 0 and no rows, unless config.resume
-    history = make_history(config, callbacks, logged)
+    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
+    run = Run(config, runtime, optimizer, model.parameters(), {"prompts": rng, "sampling": generator}, evaluate,
+              callbacks, model=model)
 
-    for step in progress(range(start, config.steps), config.progress, "grpo"):
-        metrics = {}
-        if step % config.eval_every == 0:
-            metrics |= held_out_metrics(task.evaluate, model, tokenizer)
-
+    for step in run.steps("grpo"):
+        metrics = run.evaluate(step)
         # 1. sample a group of G completions per prompt from p_θold and score them
         exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
+        metrics |= experience_metrics(exp) | {"zero_std_groups": zero_std_groups(exp.rewards, config.group_size)}
         # 2. group-normalised advantages Â_i, one per completion (B,), from the rewards of the global batch
         all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
         advantages = runtime.local(grpo_advantages(all_rewards, config.group_size, scale=config.scale))
-        groups = exp.rewards.view(-1, config.group_size)
-        metrics |= experience_metrics(exp)
-        metrics["zero_std_groups"] = (groups.std(-1) < 1e-6).float().mean().item()
 
         # 3. μ epochs of minibatch steps on the clipped objective with β·k3 KL
         model.train()
@@ -104,21 +93,13 @@ def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokeniz
                     logp, exp.old_logp[rows], ref_logp, advantages[rows], exp.mask[rows],
                     eps=config.eps, beta=config.beta, aggregation=config.aggregation,
                 )
-                if config.aggregation == "token-mean":  # this process's part of the global batch's token mean
-                    loss = loss * runtime.share(exp.mask[rows].sum())
-                runtime.backward(loss)
-                grad_norm = optimizer_step(optimizer, model.parameters(), config.max_grad_norm, runtime.scaler)
+                # token-mean: this process's part of the global batch's token mean
+                loss, grad_norm = run.update(loss, share_of=exp.mask[rows].sum() if config.aggregation == "token-mean"
+                                             else None)
+                run.add(loss=loss, clip_frac=stats["clip_frac"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
+                        entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         model.eval()
-        metrics |= {
-            "loss": loss.item(),
-            "clip_frac": stats["clip_frac"],
-            "kl": stats.get("kl", 0.0),
-            "entropy": masked_mean(entropy, exp.mask[rows]).item(),
-            "grad_norm": grad_norm.item(),
-        }
-        history.log(step, **runtime.reduce(metrics))
-        checkpointer.save_if_due(step + 1, history)
+        run.log(step, metrics)
 
-    history.log(config.steps, **held_out_metrics(task.evaluate, model, tokenizer))  # the policy after the last update
-    save_run(model, tokenizer, config, history)
-    return model, tokenizer, history
+    run.finish(model, tokenizer)  # the policy after the last update
+    return model, tokenizer, run.history

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -39,7 +40,7 @@ class OnlineConfig(TrainConfig):
     temperature: float = 1.0  # sampling temperature (the log-probs in the loss use the same one)
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
-    beta: float = 0.04  # β: weight of the KL(p_θ || p_ref) penalty; 0 drops p_ref from memory
+    beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, and p_ref is not even loaded
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
@@ -108,7 +109,7 @@ def collect(
     """Sample and score this process's share of the step's prompts (all of them on a single process); groups stay
     whole. Sampling and p_ref run under the runtime's autocast."""
     runtime = runtime or Runtime(precision="fp32")
-    prompts = runtime.shard(task.train_prompts(config.prompts_per_step, rng))
+    prompts, columns = prompt_columns(runtime.shard(task.train_prompts(config.prompts_per_step, rng)))
     with runtime.autocast():
         rollout = sample(
             policy, tokenizer, prompts, group_size=config.group_size,
@@ -117,7 +118,8 @@ def collect(
             batch_rows=runtime.sampling_rows(len(prompts) * config.group_size), decoder=config.decoder,
         )
     device = rollout.input_ids.device
-    rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions).to(device)
+    columns = {name: [v for v in values for _ in range(config.group_size)] for name, values in columns.items()}
+    rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
     P = rollout.prompt_length
     ref_logp = None
     if ref is not None:
@@ -133,6 +135,14 @@ def collect(
         ref_logp=ref_logp,
         rewards=rewards,
     )
+
+
+def prompt_columns(drawn: list[str] | list[dict[str, Any]]) -> tuple[list[str], dict[str, list[Any]]]:
+    """The prompt strings of a task's draw, and the other columns of its rows as lists (prompt rows), else none."""
+    if not drawn or isinstance(drawn[0], str):
+        return list(drawn), {}
+    names = [name for name in drawn[0] if name != "prompt"]
+    return [row["prompt"] for row in drawn], {name: [row[name] for row in drawn] for name in names}
 
 
 def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float):

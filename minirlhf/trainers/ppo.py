@@ -39,19 +39,27 @@ from torch import nn
 
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import forward_logits, logprobs_on_response
-from minirlhf.losses import gae, kl_k1, kl_k3, masked_mean, masked_whiten, ppo_clip_loss, value_loss
+from minirlhf.losses import (
+    check_gae,
+    explained_variance,
+    gae,
+    kl_k1,
+    kl_k3,
+    masked_mean,
+    masked_whiten,
+    ppo_clip_loss,
+    token_rewards,
+    value_loss,
+)
 from minirlhf.models import ValueHead
 from minirlhf.tasks import Task
-from minirlhf.trainers.checkpoint import Checkpointer
 from minirlhf.trainers.common import (
+    Run,
     held_out_metrics,
-    make_history,
     make_optimizer,
-    optimizer_step,
-    progress,
+    require,
     require_non_negative,
     require_positive,
-    save_run,
     set_seed,
 )
 from minirlhf.trainers.online import (
@@ -84,10 +92,7 @@ class PPOConfig(OnlineConfig):
         super().validate()
         require_positive(self, "eps", "epochs")
         require_non_negative(self, "vf_coef")
-        for name in ("gamma", "lam"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0.0 <= value <= 1.0):
-                raise ValueError(f"PPOConfig.{name} must lie in [0, 1], got {value!r}")
+        require(self, check_gae, "gamma", "lam")
         if self.cliprange_value is not None:
             require_positive(self, "cliprange_value")
 
@@ -113,31 +118,6 @@ def policy_forward(
     return exp.response(logp), exp.response(entropy), values
 
 
-def token_rewards(
-    rewards: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None = None, beta: float = 0.0
-) -> torch.Tensor:
-    """Per-token rewards (B, N) from sequence rewards (B,) and per-token KL estimates (B, N):
-
-        r_t = -β · kl_t  +  R(x, y) on the last real token of the response;   0 on padding
-
-    `mask` is right-padded (every response starts at column 0), so the last real token is column |y| - 1.
-    """
-    r = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)  # (B, N)
-    if kl is not None and beta > 0:
-        r = r - beta * kl
-    last = (mask.sum(-1).long() - 1).clamp_min(0)  # (B,) column of each response's last token (EOS if any)
-    r[torch.arange(mask.shape[0], device=mask.device), last] += rewards
-    return torch.where(mask.bool(), r, torch.zeros_like(r))
-
-
-def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
-    """1 - Var(R_t - V) / Var(R_t) over real tokens: 1 = V predicts the returns, 0 = no better than a constant."""
-    var_returns = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
-    residual = returns - values
-    var_residual = masked_mean((residual - masked_mean(residual, mask)) ** 2, mask)
-    return (1 - var_residual / var_returns.clamp_min(1e-8)).item()
-
-
 def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ (and its value head) with PPO on `task`. Returns (model, tokenizer, history).
 
@@ -153,18 +133,13 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
     params = list(model.parameters()) + list(value_head.parameters())
     optimizer = make_optimizer(params, config.lr)
     train_model, train_head = runtime.prepare(model), runtime.prepare(value_head)  # DDP under several processes
-    checkpointer = Checkpointer(
-        config, optimizer, {"prompts": rng, "sampling": generator}, runtime.scaler, model=model, value_head=value_head
-    )
-    start, logged, _ = checkpointer.resume()  # step 0 and no rows, unless config.resume
-    history = make_history(config, callbacks, logged)
+    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
+    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator}, evaluate, callbacks,
+              model=model, value_head=value_head)
     all_rows = torch.arange(config.batch_size // runtime.world_size)  # this process's rows
 
-    for step in progress(range(start, config.steps), config.progress, "ppo"):
-        metrics = {}
-        if step % config.eval_every == 0:
-            metrics |= held_out_metrics(task.evaluate, model, tokenizer)
-
+    for step in run.steps("ppo"):
+        metrics = run.evaluate(step)
         # 1. sample y ~ p_θold, score R(x, y), record log p_θold (from sampling) and log p_ref
         exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
         mask = exp.mask  # (B, N)
@@ -177,23 +152,19 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
             rewards = token_rewards(exp.rewards, mask, kl, config.beta)  # (B, N)
             # 3. Â_t = Σ_l (γλ)^l δ_{t+l} and the value targets R_t = Â_t + V_old(s_t)
             advantages, returns = gae(rewards, old_values, mask, config.gamma, config.lam)  # (B, N) each
-            raw_advantages = advantages
+            metrics |= experience_metrics(exp) | {
+                "value_mean": masked_mean(old_values, mask).item(),
+                "return_mean": masked_mean(returns, mask).item(),
+                "advantage_mean": masked_mean(advantages, mask).item(),
+                "explained_variance": explained_variance(old_values, returns, mask),
+            }
             if config.whiten_advantages:  # over the real tokens of the global batch
                 advantages = runtime.local(masked_whiten(runtime.gather(advantages), runtime.gather(mask)))
-        metrics |= experience_metrics(exp)
-        metrics |= {
-            "value_mean": masked_mean(old_values, mask).item(),
-            "return_mean": masked_mean(returns, mask).item(),
-            "advantage_mean": masked_mean(raw_advantages, mask).item(),
-            "explained_variance": explained_variance(old_values, returns, mask),
-        }
 
         # 4. `epochs` passes of minibatch steps on L = L_clip + c_V · L_V
         model.train()
         if config.debug:
             metrics |= diagnose(model, exp, config)
-        sums: dict[str, float] = {}
-        updates = 0
         for _ in range(config.epochs):
             for rows in minibatches(config.batch_size, config.minibatch_size, generator, runtime):
                 with runtime.autocast():
@@ -202,33 +173,17 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
                 policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps)
                 v_loss = value_loss(values, old_values[rows], returns[rows], m, clip=config.cliprange_value)
                 # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together)
-                loss = policy_loss + config.vf_coef * v_loss
-                loss = loss * runtime.share(m.sum())  # its part of the global minibatch's token means
-                runtime.backward(loss)
-                grad_norm = optimizer_step(optimizer, params, config.max_grad_norm, runtime.scaler)
-                with torch.no_grad():
-                    logged = {
-                        "loss": loss.item(),
-                        "policy_loss": policy_loss.item(),
-                        "value_loss": v_loss.item(),
-                        "clip_frac": stats["clip_frac"],
-                        "approx_kl": stats["approx_kl"],  # KL(p_θold || p_θ): how far this batch moved p_θ
-                        "ratio_mean": stats["ratio_mean"],
-                        "entropy": masked_mean(entropy, m).item(),
-                        "grad_norm": grad_norm.item(),
-                    }
-                    if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it
-                        logged["kl"] = masked_mean(kl_k3(logp, exp.ref_logp[rows]), m).item()
-                for key, value in logged.items():
-                    sums[key] = sums.get(key, 0.0) + value
-                updates += 1
+                loss, grad_norm = run.update(policy_loss + config.vf_coef * v_loss, share_of=m.sum())
+                run.add(loss=loss, policy_loss=policy_loss, value_loss=v_loss, grad_norm=grad_norm,
+                        clip_frac=stats["clip_frac"], ratio_mean=stats["ratio_mean"],
+                        approx_kl=stats["approx_kl"],  # KL(p_θold || p_θ): how far this batch moved p_θ
+                        entropy=masked_mean(entropy.detach(), m))
+                if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it
+                    run.add(kl=masked_mean(kl_k3(logp.detach(), exp.ref_logp[rows]), m))
         model.eval()
-        metrics |= {key: total / updates for key, total in sums.items()}  # means over all minibatch steps
-        history.log(step, **runtime.reduce(metrics))
-        checkpointer.save_if_due(step + 1, history)
+        run.log(step, metrics)
 
-    history.log(config.steps, **held_out_metrics(task.evaluate, model, tokenizer))  # the policy after the last update
-    out = save_run(model, tokenizer, config, history)
+    out = run.finish(model, tokenizer)  # the policy after the last update
     if out is not None:
         save_file(value_head.state_dict(), str(Path(out) / "value_head.safetensors"))
-    return model, tokenizer, history
+    return model, tokenizer, run.history

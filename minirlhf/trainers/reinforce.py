@@ -17,19 +17,17 @@ import random
 from dataclasses import dataclass
 
 from minirlhf.distributed import setup_runtime
-from minirlhf.losses import kl_k1, masked_mean, masked_sum, reinforce_loss, rloo_advantages
-from minirlhf.tasks import Task
-from minirlhf.trainers.checkpoint import Checkpointer
-from minirlhf.trainers.common import (
-    held_out_metrics,
-    make_history,
-    make_optimizer,
-    optimizer_step,
-    progress,
-    require_choice,
-    save_run,
-    set_seed,
+from minirlhf.losses import (
+    check_ema_decay,
+    check_group_size,
+    ema_baseline,
+    kl_shaped_rewards,
+    masked_mean,
+    reinforce_loss,
+    rloo_advantages,
 )
+from minirlhf.tasks import Task
+from minirlhf.trainers.common import Run, choice, held_out_metrics, make_optimizer, require, set_seed
 from minirlhf.trainers.online import (
     OnlineConfig,
     collect,
@@ -46,16 +44,16 @@ BASELINES = ("none", "ema", "rloo")
 @dataclass
 class ReinforceConfig(OnlineConfig):
     lr: float = 2e-4
-    baseline: str = "rloo"  # "none", "ema" (moving average of rewards) or "rloo" (leave-one-out over G)
+    beta: float = 0.04
+    # b in Â = R - b: "none" (b = 0), "ema" (moving average of rewards) or "rloo" (mean of the other G - 1 rewards)
+    baseline: str = choice("rloo", BASELINES)
     ema_decay: float = 0.9  # for baseline="ema": b <- decay·b + (1 - decay)·mean(R)
 
     def validate(self) -> None:
         super().validate()
-        require_choice(self, "baseline", BASELINES)
-        if self.baseline == "rloo" and self.group_size < 2:
-            raise ValueError(f"ReinforceConfig.group_size must be >= 2 for baseline='rloo', got {self.group_size}")
-        if not 0.0 <= self.ema_decay < 1.0:
-            raise ValueError(f"ReinforceConfig.ema_decay must be in [0, 1), got {self.ema_decay}")
+        if self.baseline == "rloo":
+            require(self, check_group_size, "group_size")
+        require(self, check_ema_decay, "ema_decay")
 
 
 def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()):
@@ -67,30 +65,27 @@ def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=Non
     model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
     optimizer = make_optimizer(model.parameters(), config.lr)
     train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
-    checkpointer = Checkpointer(config, optimizer, {"prompts": rng, "sampling": generator}, runtime.scaler, model=model)
-    start, logged, loop_state = checkpointer.resume()  # step 0, no rows and no state, unless config.resume
-    history = make_history(config, callbacks, logged)
-    ema = loop_state.get("ema")  # the moving-average baseline (baseline="ema")
+    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
+    run = Run(config, runtime, optimizer, model.parameters(), {"prompts": rng, "sampling": generator}, evaluate,
+              callbacks, model=model)
+    ema = run.loop_state.get("ema")  # the moving-average baseline b (baseline="ema")
 
-    for step in progress(range(start, config.steps), config.progress, f"reinforce[{config.baseline}]"):
-        metrics = held_out_metrics(task.evaluate, model, tokenizer) if step % config.eval_every == 0 else {}
+    for step in run.steps(f"reinforce[{config.baseline}]"):
+        metrics = run.evaluate(step)
         exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
         metrics |= experience_metrics(exp)
-
-        # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees  (B,)
-        shaped = exp.rewards
-        if exp.ref_logp is not None:
-            shaped = shaped - config.beta * masked_sum(kl_k1(exp.old_logp, exp.ref_logp), exp.mask, dim=-1)
-        # Â = R' - b, from the shaped rewards of the global batch (every process's groups)
-        shaped = runtime.gather(shaped)  # = shaped on a single process
+        # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees, over the global batch  (B,)
+        shaped = runtime.gather(kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, config.beta))
+        # Â = R' - b
         if config.baseline == "rloo":
-            advantages = rloo_advantages(shaped, config.group_size)
+            advantages = rloo_advantages(shaped, config.group_size)  # b_i = mean of the other G - 1 rewards
         elif config.baseline == "ema":
-            ema = shaped.mean() if ema is None else config.ema_decay * ema + (1 - config.ema_decay) * shaped.mean()
+            ema = ema_baseline(ema, shaped, config.ema_decay)
             advantages = shaped - ema
         else:
             advantages = shaped
         advantages = runtime.local(advantages)  # this process's rows
+        metrics["advantage_std"] = advantages.std().item()
 
         model.train()
         if config.debug:
@@ -99,18 +94,10 @@ def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=Non
             with runtime.autocast():
                 logp, entropy = policy_logprobs(train_model, exp, rows, config.temperature)  # (b, N)
             loss = reinforce_loss(logp, advantages[rows], exp.mask[rows])  # -E[Â · log p_θ(y|x)]
-            runtime.backward(loss)
-            grad_norm = optimizer_step(optimizer, model.parameters(), config.max_grad_norm, runtime.scaler)
+            loss, grad_norm = run.update(loss)
+            run.add(loss=loss, grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         model.eval()
-        metrics |= {
-            "loss": loss.item(),
-            "advantage_std": advantages.std().item(),
-            "entropy": masked_mean(entropy, exp.mask[rows]).item(),
-            "grad_norm": grad_norm.item(),
-        }
-        history.log(step, **runtime.reduce(metrics))
-        checkpointer.save_if_due(step + 1, history, ema=ema)
+        run.log(step, metrics, ema=ema)
 
-    history.log(config.steps, **held_out_metrics(task.evaluate, model, tokenizer))
-    save_run(model, tokenizer, config, history)
-    return model, tokenizer, history
+    run.finish(model, tokenizer)
+    return model, tokenizer, run.history

@@ -26,28 +26,19 @@ from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
 
 from minirlhf.data import (
-    PREFERENCE_DATASETS,
+    PreferenceData,
     PreferencePair,
     check_pair_lengths,
     encode_preference_pairs,
     encode_prompt_completion,
-    load_preference_pairs,
-    validate_pairs,
+    preference_data,
 )
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import position_ids_from_mask
 from minirlhf.losses import bradley_terry_loss, pair_accuracy
 from minirlhf.models import ValueHead, load_model, load_tokenizer
-from minirlhf.trainers.checkpoint import Checkpointer, release_run_folder
-from minirlhf.trainers.common import (
-    TrainConfig,
-    make_history,
-    make_optimizer,
-    optimizer_step,
-    progress,
-    require_positive,
-    set_seed,
-)
+from minirlhf.trainers.checkpoint import release_run_folder
+from minirlhf.trainers.common import Run, TrainConfig, make_optimizer, require_positive, set_seed
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -141,7 +132,7 @@ def _context_size(model: nn.Module) -> int | None:
 @dataclass
 class RewardModelConfig(TrainConfig):
     model: str = "tiny"  # the backbone: for the sentiment task the base model (the SFT-policy analogue)
-    data: str = "sentiment"  # preference data: shipped name, folder of {train,test}.jsonl, .jsonl file or hub name
+    pairs: str = "sentiment"  # preference pairs: shipped name, folder of {train,test}.jsonl, .jsonl file or hub name
     steps: int = 150  # 150 x 32 = 2.4 passes over the 2000 shipped pairs
     lr: float = 1e-3
     batch_size: int = 32  # pairs per step (2 x batch_size sequences in one forward)
@@ -187,88 +178,61 @@ def evaluate_pairs(
 
 
 def train_reward_model(
-    train_pairs: list[PreferencePair] | str | None = None,
+    data: PreferenceData | list[PreferencePair] | str | None = None,
     config: RewardModelConfig | None = None,
-    eval_pairs: list[PreferencePair] | str | None = None,
+    model: RewardModel | None = None,
+    tokenizer=None,
     callbacks=(),
 ):
     """Fit RM_φ to preference pairs with the Bradley-Terry loss. Returns (reward_model, tokenizer, history).
 
-    `train_pairs` is a list of `PreferencePair` or anything `load_preference_pairs` reads (its "train" split);
-    None means `config.data`. When `eval_pairs` is None and that source is a folder (or shipped name) with a
-    test.jsonl, the test split is the held-out set.
+    `data`: `PreferenceData`, a list of pairs, or a source for `data.preference_data` (its train split, and its
+    test split as the held-out set); None means `config.pairs`. `model`: a `RewardModel` to start from instead of
+    `config.model` with a fresh head; `tokenizer` defaults to the one it carries.
     The history logs, per step, loss / accuracy / margin on the batch and, every `eval_every` steps (and before the
     first and after the last update), `eval/accuracy` etc. on the held-out pairs. With `config.out_dir`, the model
     is saved there with `RewardModel.save` (folder `reward_model/`).
     """
     config = config or RewardModelConfig()
-    train_pairs, eval_pairs = resolve_pairs(train_pairs, eval_pairs, config.data)
+    data = preference_data(config.pairs if data is None else data)
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     set_seed(config.seed)
-    reward_model = RewardModel.from_pretrained_lm(config.model, device=config.device)
-    tokenizer = reward_model.tokenizer
-    check_pair_lengths(tokenizer, train_pairs + (eval_pairs or []), config.max_length or _context_size(reward_model))
+    reward_model = model or RewardModel.from_pretrained_lm(config.model, device=config.device)
+    tokenizer = tokenizer or reward_model.tokenizer
+    max_length = config.max_length or _context_size(reward_model)
+    check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
     optimizer = make_optimizer(reward_model.parameters(), config.lr)
     train_model = runtime.prepare(reward_model)  # what the update runs through: DDP-wrapped under several processes
-    max_length = config.max_length or _context_size(reward_model)
     rng = random.Random(config.seed)
-    checkpointer = Checkpointer(config, optimizer, {"order": rng}, runtime.scaler, model=reward_model)
-    start, logged, loop_state = checkpointer.resume()  # step 0, no rows and no state, unless config.resume
-    history = make_history(config, callbacks, logged)
-    order: list[int] = loop_state.get("order", [])  # pairs of this epoch not yet used
 
     def evaluate() -> dict[str, float]:
-        if not eval_pairs:
-            return {}
-        return {f"eval/{k}": v for k, v in evaluate_pairs(reward_model, tokenizer, eval_pairs).items()}
+        return {f"eval/{k}": v for k, v in evaluate_pairs(reward_model, tokenizer, data.test).items()}
+
+    run = Run(config, runtime, optimizer, reward_model.parameters(), {"order": rng}, evaluate if data.test else None,
+              callbacks, model=reward_model)
+    order: list[int] = run.loop_state.get("order", [])  # pairs of this epoch not yet used
 
     reward_model.train()
-    for step in progress(range(start, config.steps), config.progress, "reward model"):
-        metrics = evaluate() if step % config.eval_every == 0 else {}
-        order = order or rng.sample(range(len(train_pairs)), len(train_pairs))  # a fresh shuffle every epoch
-        batch = [train_pairs[order.pop()] for _ in range(min(config.batch_size, len(order)))]
+    for step in run.steps("reward model"):
+        metrics = run.evaluate(step)
+        order = order or rng.sample(range(len(data.train)), len(data.train))  # a fresh shuffle every epoch
+        batch = [data.train[order.pop()] for _ in range(min(config.batch_size, len(order)))]
         batch = runtime.shard(batch)  # this process's share of the global batch (all of it on one process)
         with runtime.autocast():
             chosen, rejected = pair_scores(train_model, tokenizer, batch, max_length)  # (B,), (B,) float32
         loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
-        loss = loss * runtime.share(len(batch))  # its part of the mean over the global batch
-        runtime.backward(loss)
-        grad_norm = optimizer_step(optimizer, reward_model.parameters(), config.max_grad_norm, runtime.scaler)
+        loss, grad_norm = run.update(loss, share_of=len(batch))
         metrics |= {
             "loss": loss.item(),
             "accuracy": pair_accuracy(chosen, rejected),
             "margin": (chosen - rejected).mean().item(),
             "grad_norm": grad_norm.item(),
         }
-        history.log(step, **runtime.reduce(metrics))
-        checkpointer.save_if_due(step + 1, history, order=order)
+        run.log(step, metrics, order=order)
     reward_model.eval()
-    if eval_pairs:
-        history.log(config.steps, **evaluate())  # the final model, after the last update
+    run.finish()  # the held-out metrics of the final model; it is saved below, as a RewardModel
     if config.out_dir is not None:
         reward_model.save(Path(config.out_dir) / "reward_model")
         (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
         release_run_folder(config.out_dir)
-    return reward_model, tokenizer, history
-
-
-def resolve_pairs(train_pairs, eval_pairs, data: str) -> tuple[list[PreferencePair], list[PreferencePair] | None]:
-    """Turn the trainers' flexible arguments into lists of pairs (see `train_reward_model`)."""
-    if train_pairs is None:
-        train_pairs = data
-    if isinstance(train_pairs, str | Path):
-        source = train_pairs
-        train_pairs = load_preference_pairs(source, "train")
-        if eval_pairs is None and _has_split(source, "test"):
-            eval_pairs = load_preference_pairs(source, "test")
-    if isinstance(eval_pairs, str | Path):
-        eval_pairs = load_preference_pairs(eval_pairs, "test")
-    if isinstance(train_pairs, list | tuple) and len(train_pairs) == 0:
-        raise ValueError("train_pairs is empty: preference training needs at least one pair")
-    train_pairs = validate_pairs(train_pairs, "train_pairs")  # the checks of the file loader, for the Python API too
-    return train_pairs, (validate_pairs(eval_pairs, "eval_pairs") if eval_pairs else None)
-
-
-def _has_split(data: str | Path, split: str) -> bool:
-    folder = PREFERENCE_DATASETS.get(str(data), Path(data))
-    return (folder / f"{split}.jsonl").is_file()
+    return reward_model, tokenizer, run.history

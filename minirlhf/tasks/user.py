@@ -1,0 +1,135 @@
+"""A task of your own: prompts from a JSONL file (or a `datasets` name) and reward functions you wrote.
+
+    python -m minirlhf grpo --prompts prompts.jsonl --reward my_rewards.py:exact --reward my_rewards.py:short \
+        --reward-weights 1.0 0.2
+
+A reward function has TRL's shape, `reward(prompts, completions, **columns) -> list[float]`: one float per
+completion. Each row of the prompt file is a JSON object with a "prompt"; its other fields (e.g. "answer") reach
+the reward functions as keyword lists, one value per completion. Several functions add up with their weights:
+
+    R(x, y) = Σ_k w_k · R_k(x, y)
+
+`module:name` names a function of an importable module, `path/to/file.py:name` one of a file. A name that does
+not resolve is an error that says what was given and what was found.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import json
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minirlhf.tasks import Task
+from minirlhf.trainers.common import RewardFn, call_reward
+
+MAX_NEW_TOKENS = 32  # response budget of a task of your own unless --max-new-tokens says otherwise (fits `tiny`)
+
+
+def load_object(spec: str, what: str = "function") -> Callable[..., Any]:
+    """The callable named by `module:name` or `path/to/file.py:name`; a clear error when any part is missing."""
+    where, sep, name = spec.rpartition(":")
+    if not sep or not where or not name:
+        raise ValueError(f"{what} {spec!r} must be written module:name or path/to/file.py:name")
+    if where.endswith(".py"):
+        path = Path(where).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"{what} {spec!r}: there is no file {path} (relative to {Path.cwd()})")
+        module_spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ModuleNotFoundError as err:
+            if err.name is None or not (where == err.name or where.startswith(err.name + ".")):
+                raise  # the module exists, but one of its own imports failed: show that error as it is
+            raise ValueError(
+                f"{what} {spec!r}: no module named {err.name!r} can be imported "
+                "(for a file, write path/to/file.py:name)"
+            ) from err
+    if not hasattr(module, name):
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        close = difflib.get_close_matches(name, found, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{what} {spec!r}: {where} has no {name!r}{hint}; it defines: {', '.join(found) or 'nothing'}")
+    obj = getattr(module, name)
+    if not callable(obj):
+        raise ValueError(f"{what} {spec!r} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def weighted_reward(reward_fns: Sequence[RewardFn], weights: Sequence[float] | None = None) -> RewardFn:
+    """One reward function from several: R(x, y) = Σ_k w_k · R_k(x, y) (every w_k = 1 when `weights` is None).
+    Each R_k is checked on its own, so a bad value names the function that returned it."""
+    weights = [1.0] * len(reward_fns) if weights is None else [float(w) for w in weights]
+    if not reward_fns:
+        raise ValueError("a task needs at least one reward function")
+    if len(weights) != len(reward_fns):
+        raise ValueError(f"{len(weights)} reward weights were given for {len(reward_fns)} reward functions")
+    if len(reward_fns) == 1 and weights == [1.0]:
+        return reward_fns[0]
+
+    def reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
+        total = torch.zeros(len(completions))
+        for w, fn in zip(weights, reward_fns):
+            total += w * call_reward(fn, prompts, completions, **columns)
+        return total.tolist()
+
+    reward.__name__ = " + ".join(f"{w:g}*{getattr(fn, '__name__', 'reward')}" for w, fn in zip(weights, reward_fns))
+    return reward
+
+
+def load_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",)) -> list[dict[str, Any]]:
+    """The rows of a prompt file: a `.jsonl` file with one JSON object per line, or a `datasets` name (its "train"
+    split). Every row must hold the `required` fields as non-empty strings; a bad row names its file and line."""
+    path = Path(source).expanduser()
+    if path.suffix == ".jsonl" or path.is_file():
+        if not path.is_file():
+            raise FileNotFoundError(f"prompt file {str(source)!r} does not exist (relative to {Path.cwd()})")
+        numbered = []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip():
+                try:
+                    numbered.append((f"{path}, line {number}", json.loads(line)))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}, line {number}: invalid JSON ({err.msg} at column {err.colno})") from err
+    else:
+        from minirlhf.data import _rows_from_datasets
+
+        numbered = [(f"{source} (train split), row {i}", row)
+                    for i, row in enumerate(_rows_from_datasets(str(source), "train", local=False))]
+    if not numbered:
+        raise ValueError(f"{source} holds no prompts")
+    for where, row in numbered:
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object with {', '.join(required)}, got {type(row).__name__}")
+        for field in required:
+            if not isinstance(row.get(field), str) or not row[field]:
+                raise ValueError(f"{where}: field {field!r} must be a non-empty string, got {row.get(field)!r}")
+    return [row for _, row in numbered]
+
+
+def prompts_task(
+    source: str | Path,
+    reward_fns: Sequence[RewardFn],
+    weights: Sequence[float] | None = None,
+    max_new_tokens: int = MAX_NEW_TOKENS,
+    evaluate: Callable[..., dict[str, float]] | None = None,
+) -> Task:
+    """The `Task` of a prompt file (see `load_prompt_rows`) rewarded by Σ_k w_k R_k; prompts are drawn with
+    replacement, and their rows' other fields reach the reward functions as keyword lists."""
+    rows = load_prompt_rows(source)
+    reward = weighted_reward(reward_fns, weights)
+
+    def train_prompts(n: int, rng: random.Random) -> list[dict[str, Any]]:
+        return [rng.choice(rows) for _ in range(n)]
+
+    return Task(name=Path(str(source)).stem, train_prompts=train_prompts, reward_fn=reward,
+                max_new_tokens=max_new_tokens, evaluate=evaluate)
