@@ -1,6 +1,7 @@
 """The hyperparameter sweep behind notebook 05's zoo section: SimPO (β, γ), ORPO (λ) and KTO (β) at the section's
 budget, on the shipped sentiment pairs. Prints one line per run: held-out VADER sentiment, KL(p_θ || p_ref) and
-response length of the sampled continuations, and held-out implicit-reward accuracy.
+response length of the sampled continuations, and held-out implicit-reward accuracy; writes them all to
+zoo_sweep.json in --out (default benchmarks/results).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/zoo_sweep.py            # 6 runs
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/zoo_sweep.py --quick    # 2 steps each, to check it runs
@@ -9,7 +10,9 @@ response length of the sampled continuations, and held-out implicit-reward accur
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 from minirlhf.data import load_preference_pairs
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
@@ -30,9 +33,11 @@ CANDIDATES = [
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     budget = dict(BUDGET, steps=2, eval_every=2, eval_prompts=2) if args.quick else BUDGET
     eval_pairs = load_preference_pairs("sentiment", "test")[:64]
+    results = []
     for settings in CANDIDATES:
         start = time.perf_counter()
         _, _, history = train_dpo(None, DPOConfig(**budget, **settings), eval_pairs=eval_pairs)
@@ -40,6 +45,10 @@ def main() -> None:
         print(f"{settings}: sentiment {last['eval/sentiment']:+.3f}, KL {last['eval/kl']:.2f}, "
               f"length {last['eval/response_length']:.1f}, pair accuracy {last['eval/rewards/accuracy']:.3f} "
               f"({time.perf_counter() - start:.0f} s)", flush=True)
+        results.append({"settings": settings, "budget": budget, "wall_s": time.perf_counter() - start,
+                        "final": {k: v for k, v in last.items() if k.startswith("eval/")}})
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "zoo_sweep.json").write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":
