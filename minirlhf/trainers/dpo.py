@@ -174,7 +174,7 @@ def evaluate_implicit_rewards(model, tokenizer, pairs, ref_chosen, ref_rejected,
     (None for simpo/orpo). KTO, whose loss needs unpaired examples, is scored with DPO's implicit reward
     β log p_θ/p_ref, the reward it learns too, and reports no held-out loss."""
     chosen, rejected = reference_logps(model, tokenizer, pairs, max_length)  # the same batched no-grad pass
-    lengths = pair_lengths(encode_preference_pairs(tokenizer, pairs, max_length)["response_mask"])
+    lengths = pair_lengths(encode_preference_pairs(tokenizer, pairs, max_length)["response_mask"].to(chosen.device))
     kto = config.loss_type == "kto"
     scored = dataclasses.replace(config, loss_type="sigmoid", label_smoothing=0.0) if kto else config
     losses, r_chosen, r_rejected = preference_loss(scored, chosen, rejected, ref_chosen, ref_rejected, *lengths)
