@@ -70,3 +70,11 @@ def test_frontier_quick(tmp_path):
     assert roles["ppo"] == with_ref["ppo"] + ["value head", "reward model"]
     assert roles["grpo"] == with_ref["grpo"] + ["reward model"]
     assert "| PPO |" in stdout
+
+
+@pytest.mark.slow
+def test_zoo_sweep_quick(tmp_path):
+    run_quick("zoo_sweep.py", tmp_path)
+    runs = json.loads((tmp_path / "zoo_sweep.json").read_text())
+    assert {run["settings"]["loss_type"] for run in runs} == {"simpo", "orpo", "kto"}
+    assert all({"eval/sentiment", "eval/kl", "eval/response_length"} <= set(run["final"]) for run in runs)

@@ -63,6 +63,9 @@ METHODS = {
     "dpo": (DPOConfig, dict(batch_size=10, eval_every=2, eval_prompts=2, eval_samples=2, max_new_tokens=4,
                             progress=False),
             lambda c: train_dpo(PAIRS, c)[2], ["model"]),
+    "kto": (DPOConfig, dict(loss_type="kto", batch_size=5, eval_every=2, eval_prompts=2, eval_samples=2,
+                            max_new_tokens=4, progress=False),
+            lambda c: train_dpo(PAIRS, c)[2], ["model"]),
 }
 
 

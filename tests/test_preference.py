@@ -279,7 +279,11 @@ def test_dpo_logs_the_promised_metrics_and_checks_its_config(tiny):
         assert key in step, key
     assert {"eval/sentiment", "eval/kl"} <= set(history[-1])
     with pytest.raises(ValueError, match="loss_type"):
-        DPOConfig(loss_type="kto")
+        DPOConfig(loss_type="cpo")
+    with pytest.raises(ValueError, match="precompute_ref"):
+        DPOConfig(loss_type="simpo", precompute_ref=True)
+    with pytest.raises(ValueError, match="gamma"):
+        DPOConfig(loss_type="simpo", gamma=-0.1)
     with pytest.raises(ValueError, match="label_smoothing"):
         DPOConfig(loss_type="ipo", label_smoothing=0.1)
     with pytest.raises(ValueError, match="epochs"):
@@ -303,6 +307,35 @@ def test_cli_runs_dpo_and_reward_model(tmp_path, capsys):
           "--out-dir", str(tmp_path / "rm")])
     assert "eval/accuracy" in capsys.readouterr().out
     assert (tmp_path / "rm" / "reward_model" / "reward_head.safetensors").is_file()
+
+
+def test_cli_runs_simpo_orpo_and_kto(tmp_path, capsys):
+    from minirlhf.__main__ import main
+
+    data = tmp_path / "pairs"
+    for split in ("train", "test"):
+        save_preference_pairs(load_preference_pairs("sentiment", split)[:8], data / f"{split}.jsonl")
+    for loss_type, key in (("simpo", "rewards/margin"), ("orpo", "rewards/margin"), ("kto", "rewards/desirable")):
+        main(["dpo", "--loss-type", loss_type, "--pairs", str(data), "--steps", "2", "--batch-size", "4",
+              "--eval-prompts", "0", "--progress", "false", "--out-dir", str(tmp_path / loss_type)])
+        assert "eval/rewards/accuracy" in capsys.readouterr().out, loss_type
+        rows = [json.loads(line) for line in (tmp_path / loss_type / "metrics.jsonl").read_text().splitlines()]
+        assert key in rows[1], loss_type
+        assert (tmp_path / loss_type / "model" / "model.safetensors").is_file()
+
+
+def test_kto_mismatched_partners_have_another_prompt():
+    import random
+
+    from minirlhf.data import unpaired_examples
+    from minirlhf.trainers.kto import mismatched_partners
+
+    examples = unpaired_examples(load_preference_pairs("sentiment")[:50])
+    partners = mismatched_partners(examples, random.Random(0))
+    assert all(examples[k].prompt != examples[j].prompt for j, k in enumerate(partners))
+    assert len(set(partners)) > len(examples) // 2  # spread over the data, not one completion for all
+    with pytest.raises(ValueError, match="two different prompts"):
+        mismatched_partners(examples[:2], random.Random(0))
 
 
 # ----------------------------------------------------------------------------- learning (slow)

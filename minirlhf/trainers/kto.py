@@ -1,0 +1,165 @@
+"""KTO (Ethayarajh et al., 2024): learn from unpaired thumbs-up / thumbs-down examples instead of pairs.
+
+Each example (x, y) is a gain or a loss measured against a reference point z_ref, the policy's current drift:
+
+    r_θ(x, y) = log p_θ(y|x) - log p_ref(y|x)
+    z_ref     = max(0, mean_j [ log p_θ(y'_j|x_j) - log p_ref(y'_j|x_j) ])    detached; y'_j written for another x
+    L         = λ_y - λ_D σ(β (r_θ - z_ref))     y desirable
+                λ_y - λ_U σ(β (z_ref - r_θ))     y undesirable
+
+Here the examples come from the shipped pairs, split by `data.unpaired_examples`: y_w desirable, y_l undesirable,
+shuffled one by one so that a batch rarely holds both halves of a pair. A step takes 2B examples (as many
+sequences as a DPO step of B pairs) and 2B mismatched ones for z_ref. Each example's mismatched completion is
+drawn once, before training, from an example with a different prompt (a pair's two halves share their prompt, so
+its partner would not do). `train_dpo` hands over here when `loss_type="kto"`; held-out evaluation is the DPO
+trainer's, on pairs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+
+from minirlhf.data import (
+    PreferenceData,
+    PreferencePair,
+    UnpairedExample,
+    check_pair_lengths,
+    encode_prompt_completion,
+    preference_data,
+    unpaired_examples,
+)
+from minirlhf.distributed import setup_runtime
+from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
+from minirlhf.losses import kto_loss
+from minirlhf.models import disable_dropout, frozen_copy
+from minirlhf.trainers.common import Run, load_policy, make_optimizer, set_seed
+from minirlhf.trainers.dpo import DPOConfig, all_pair_logps, evaluate_preferences
+
+
+def mismatched_partners(examples: list[UnpairedExample], rng: random.Random) -> list[int]:
+    """For each example j, the index of another example whose prompt differs: y' of the pair (x_j, y'), which
+    z_ref scores. The examples are laid on a random cycle and each takes the next one along it whose prompt
+    differs from its own."""
+    order = rng.sample(range(len(examples)), len(examples))
+    partners = [0] * len(examples)
+    for position, j in enumerate(order):
+        for step in range(1, len(order)):
+            k = order[(position + step) % len(order)]
+            if examples[k].prompt != examples[j].prompt:
+                partners[j] = k
+                break
+        else:
+            raise ValueError("KTO needs examples of at least two different prompts to estimate z_ref")
+    return partners
+
+
+def example_logps(model, tokenizer, prompts: list[str], completions: list[str], max_length: int | None, device):
+    """log p(y|x) = Σ_t log p(y_t | x, y_<t) of each (prompt, completion), (n,), from one packed forward."""
+    encoded = {k: v.to(device) for k, v in encode_prompt_completion(tokenizer, prompts, completions,
+                                                                    max_length=max_length).items()}
+    logp = packed_response_logprobs(model, **encoded)  # (n, T) log-probs of the completion tokens (EOS incl.)
+    return sequence_logprobs(logp, encoded["response_mask"])  # (n,)
+
+
+def train_kto(
+    data: PreferenceData | list[PreferencePair] | str | None = None,
+    config: DPOConfig | None = None,
+    model=None,
+    tokenizer=None,
+    callbacks=(),
+):
+    """Train p_θ with KTO on the pairs split into unpaired examples. Arguments and return as `train_dpo`.
+
+    Logged every step: loss, rewards/desirable and rewards/undesirable (mean β r_θ of each class in the batch;
+    NaN when the batch holds none of the class), kl (z_ref), logps/desirable, logps/undesirable, grad_norm;
+    every `eval_every` steps the same held-out evaluation as DPO."""
+    config = config or DPOConfig(loss_type="kto")
+    if config.loss_type != "kto":
+        raise ValueError(f"train_kto needs DPOConfig(loss_type='kto'), got loss_type={config.loss_type!r}")
+    data = preference_data(config.pairs if data is None else data)
+    runtime, config = setup_runtime(config)
+    set_seed(config.seed)
+    rng = random.Random(config.seed)
+    model, tokenizer = load_policy(config, model, tokenizer)
+    disable_dropout(model)
+    max_length = config.max_length or getattr(model.config, "n_positions", None)
+    check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
+    steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
+    examples = unpaired_examples(data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
+    partners = mismatched_partners(examples, rng)  # example j's z_ref term scores (x_j, y of example partners[j])
+    prompts = [e.prompt for e in examples]
+    completions = [e.completion for e in examples]
+    mismatched = [examples[k].completion for k in partners]
+    desirable_all = torch.tensor([e.desirable for e in examples])
+    device = next(model.parameters()).device
+
+    # p_ref: log-probs of every example and its mismatched pair, computed now, or a frozen copy in memory.
+    model.eval()
+    if config.precompute_ref:
+        ref = None
+        with torch.inference_mode(), runtime.autocast():
+            ref_all, ref_kl_all = (
+                torch.cat([example_logps(model, tokenizer, prompts[i : i + 256], texts[i : i + 256], max_length,
+                                         device) for i in range(0, len(examples), 256)])
+                for texts in (completions, mismatched)
+            )  # (2N,) each
+    else:
+        ref = frozen_copy(model)
+    test_ref = (None, None)
+    if data.test and config.eval_every:
+        test_ref = all_pair_logps(model, tokenizer, data.test, max_length)  # p_ref is fixed: score them once
+
+    def evaluate() -> dict[str, float]:
+        return evaluate_preferences(model, tokenizer, ref, data, test_ref, config, max_length)
+
+    optimizer = make_optimizer(model.parameters(), config.lr)
+    train_model = runtime.prepare(model)
+    run = Run(config, runtime, optimizer, model.parameters(), {"order": rng}, evaluate, callbacks, model=model)
+    order: list[int] = run.loop_state.get("order", [])  # examples of this epoch not yet used
+    model.train()
+    for step in run.steps("kto", steps):
+        metrics = run.evaluate(step)
+        order = order or rng.sample(range(len(examples)), len(examples))  # a fresh shuffle every epoch
+        rows = [order.pop() for _ in range(min(2 * config.batch_size, len(order)))]
+        rows = runtime.shard(rows)
+        x = [prompts[i] for i in rows]
+        y = [completions[i] for i in rows]
+        y_mismatched = [mismatched[i] for i in rows]
+        desirable = desirable_all[rows].to(device)  # (2B,) bool
+
+        with runtime.autocast():
+            # 1. log p_θ(y|x) with autograd; log p_θ(y'|x) of the mismatched pairs without (z_ref is detached)
+            logp = example_logps(train_model, tokenizer, x, y, max_length, device)  # (2B,)
+            with torch.no_grad():
+                kl_logp = example_logps(model, tokenizer, x, y_mismatched, max_length, device)  # (2B,)
+            # 2. log p_ref of both: looked up, or forwards of the frozen copy
+            if config.precompute_ref:
+                ref_logp, ref_kl_logp = ref_all[rows].clone().to(device), ref_kl_all[rows].clone().to(device)
+            else:
+                with torch.inference_mode():
+                    ref_logp = example_logps(ref, tokenizer, x, y, max_length, device).clone()
+                    ref_kl_logp = example_logps(ref, tokenizer, x, y_mismatched, max_length, device).clone()
+        # 3. λ_y - v(x, y), v = λ_D σ(β (r_θ - z_ref)) or λ_U σ(β (z_ref - r_θ))
+        losses, rewards, z_ref = kto_loss(
+            logp, ref_logp, desirable, kl_logp, ref_kl_logp, config.beta,
+            config.kto_desirable_weight, config.kto_undesirable_weight,
+        )
+        loss, grad_norm = run.update(losses.mean(), share_of=len(rows))  # its part of the global batch's mean
+
+        metrics |= {
+            "loss": loss.item(),
+            "rewards/desirable": rewards[desirable].mean().item(),  # β r_θ(x, y) of the thumbs-up examples
+            "rewards/undesirable": rewards[~desirable].mean().item(),
+            "kl": z_ref.item(),  # z_ref: the batch's estimate of KL(p_θ || p_ref), clipped at 0
+            "logps/desirable": logp[desirable].mean().item(),
+            "logps/undesirable": logp[~desirable].mean().item(),
+            "grad_norm": grad_norm.item(),
+        }
+        run.log(step, metrics, order=order)
+
+    run.finish(model, tokenizer, steps)  # the final policy, after the last update
+    model.eval()
+    return model, tokenizer, run.history
