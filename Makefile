@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint notebooks model book clean
+.PHONY: demo test lint notebooks model book notebook-times clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,17 +31,23 @@ model: $(STAMP)
 	$(PY) scripts/build_sft_model.py
 
 # The rendered course: every notebook executed once in quick mode into build/executed/ (outputs and widget state
-# kept), then Sphinx + myst-nb render those copies into build/book/ without executing anything.
+# kept) by the shared headless executor, then Sphinx + myst-nb render those copies into build/book/ without executing
+# anything. `make test` writes the same copies (tests/test_colab.py runs them in a simulated Colab), so after it only
+# notebooks edited since are executed again.
 EXECUTED := build/executed
 EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(wildcard notebooks/*.ipynb))
 
-$(EXECUTED)/%.ipynb: notebooks/%.ipynb book/execute.py $(STAMP)
-	$(PY) book/execute.py $< $@
+$(EXECUTED)/%.ipynb: notebooks/%.ipynb $(STAMP)
+	$(PY) -m minirlhf.course.headless $< --quick --out $(EXECUTED)
 
 book: $(EXECUTED_NOTEBOOKS) book/conf.py book/index.md
 	cp book/index.md $(EXECUTED)/index.md
 	$(PY) -m sphinx -q -b html -c book $(EXECUTED) build/book
 	@echo "the course: build/book/index.html"
+
+# Every notebook in full mode (the budgets a student runs), one after the other: the seconds each took.
+notebook-times: $(STAMP)
+	$(PY) -m minirlhf.course.headless notebooks/*.ipynb --timeout-per-cell 900
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache build

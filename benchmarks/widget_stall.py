@@ -20,7 +20,8 @@ from nbclient import NotebookClient
 
 from minirlhf.course.headless import HeadlessClient
 
-CELLS = ["from minirlhf import widgets", "widgets.clip_explorer(eps=0.2)", "widgets.kl_estimator_explorer(beta=0.5)"]
+CELLS = ["from minirlhf.course import widgets", "widgets.clip_explorer(eps=0.2)",
+         "widgets.kl_estimator_explorer(beta=0.5)"]
 
 
 def run_kernel(client_class: type[NotebookClient], timeout: float) -> list[float]:

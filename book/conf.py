@@ -1,8 +1,9 @@
 """Sphinx + myst-nb configuration of the rendered course (`make book`).
 
-The source folder is build/executed/: the notebooks as the Makefile (later CI's one execution) ran them, with their
-outputs and the state of their widgets, plus index.md copied from this folder. Nothing is executed here: the book
-renders what that one run produced.
+The source folder is build/executed/: the notebooks as one quick-mode run left them, with their outputs and the state
+of their widgets, plus index.md copied from this folder. That run is the simulated Colab of the tests
+(tests/test_colab.py, which CI runs) or, for notebooks it has not executed, `make book`'s headless executor. Nothing
+is executed here: the book renders what that one run produced.
 """
 
 project = "minirlhf"

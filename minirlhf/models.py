@@ -179,7 +179,10 @@ def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **k
 
 
 def hub_reachable(endpoint: str = "https://huggingface.co", timeout: float = 3.0) -> bool:
-    """Can we open a TCP connection to the hub? (A quick probe, not a guarantee that downloads work.)"""
+    """Can we open a TCP connection to the hub? (A quick probe, not a guarantee that downloads work.) Never with
+    HF_HUB_OFFLINE=1: offline mode forbids the downloads that the probe would announce."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
     url = urlparse(endpoint)
     port = url.port or (443 if url.scheme == "https" else 80)
     try:

@@ -1,18 +1,24 @@
-"""The rendered course that `make book` builds: one HTML page per notebook, with its figures and no errors.
+"""The rendered course: one HTML page per notebook, with its figures and no errors.
 
-The book is built outside the test suite (it renders notebooks executed once, by `make book` in CI's .ci/run), and
-this test reads the result. Without a built book the test is skipped locally and fails under CI=true.
+The notebooks are not executed here: the site is rendered from the copies that the simulated-Colab run wrote into
+build/executed/ (conftest's `colab_run`, shared with tests/test_colab.py), so a test run executes each notebook once
+for both. The rendering is `make book`'s (Sphinx + myst-nb, book/conf.py), into build/book/, the folder to publish.
+Run alone with `pytest -m slow tests/test_book.py` (it runs the simulated Colab first).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
 import pytest
+
+pytestmark = pytest.mark.slow  # it needs every notebook executed
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -20,16 +26,22 @@ EXECUTED = ROOT / "build" / "executed"
 SITE = ROOT / "build" / "book"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
-if not (SITE / "index.html").is_file():
-    if os.environ.get("CI") == "true":
-        raise RuntimeError(f"no rendered course at {SITE}: .ci/run must run `make book` before the tests")
-    pytest.skip(f"no rendered course at {SITE}: run `make book` first", allow_module_level=True)
+
+@pytest.fixture(scope="module")
+def site(colab_run) -> Path:
+    """build/book/, rendered by Sphinx from the executed copies (the Makefile's `book` recipe)."""
+    shutil.copy(ROOT / "book" / "index.md", EXECUTED / "index.md")
+    rendered = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", "-c", str(ROOT / "book"),
+                               str(EXECUTED), str(SITE)], cwd=ROOT, capture_output=True, text=True)
+    assert rendered.returncode == 0, f"sphinx failed:\n{rendered.stdout}{rendered.stderr}"
+    return SITE
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_executed_copy_has_outputs_and_no_errors(notebook):
-    executed = nbformat.read(EXECUTED / notebook.name, as_version=4)
-    code = [cell for cell in executed.cells if cell.cell_type == "code"]
+def test_executed_copy_has_outputs_and_no_errors(notebook, site):
+    copy = EXECUTED / notebook.name
+    assert copy.is_file(), f"{notebook.name} has no executed copy: it failed in the simulated Colab (test_colab.py)"
+    code = [cell for cell in nbformat.read(copy, as_version=4).cells if cell.cell_type == "code"]
     errors = [i for i, cell in enumerate(code) if any(out.output_type == "error" for out in cell.outputs)]
     assert not errors, f"{notebook.name}: code cells {errors} ended in an error in build/executed/"
     unrun = [i for i, cell in enumerate(code) if cell.execution_count is None]
@@ -37,24 +49,24 @@ def test_executed_copy_has_outputs_and_no_errors(notebook):
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_page_shows_figures_and_no_traceback(notebook):
-    page = SITE / f"{notebook.stem}.html"
-    assert page.is_file(), f"{notebook.name} has no page in {SITE}"
+def test_page_shows_figures_and_no_traceback(notebook, site):
+    page = site / f"{notebook.stem}.html"
+    assert page.is_file(), f"{notebook.name} has no page in {site}"
     html = page.read_text(encoding="utf-8")
     images = re.findall(r'<img [^>]*src="(_images/[^"]+)"', html)
     assert images, f"{page.name} embeds no image"
-    missing = [src for src in images if not (SITE / src).is_file()]
+    missing = [src for src in images if not (site / src).is_file()]
     assert not missing, f"{page.name} points at images that are not in the site: {missing}"
     assert "traceback" not in html.lower(), f"{page.name} shows a traceback"
 
 
-def test_sliders_render_with_their_plot():
+def test_sliders_render_with_their_plot(site):
     """A page with an explorer carries the widget state, and the explorer's Output widget holds a PNG figure: the
     state that the ipywidgets HTML manager (loaded by the page) draws as the slider box with its plot. It is the
     state at the end of the run: where a later cell moves a slider from code, the page shows that redrawn plot."""
     pages_with_plots = 0
     for notebook in NOTEBOOKS:
-        html = (SITE / f"{notebook.stem}.html").read_text(encoding="utf-8")
+        html = (site / f"{notebook.stem}.html").read_text(encoding="utf-8")
         match = re.search(rf'<script type="{re.escape(WIDGET_STATE)}">(.*?)</script>', html, re.DOTALL)
         if match is None:
             continue
