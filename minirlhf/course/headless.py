@@ -30,6 +30,7 @@ from queue import Empty
 from typing import Any
 
 import nbformat
+import zmq
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.kernelspec import KernelSpecManager
@@ -44,7 +45,13 @@ THIS_PYTHON = "minirlhf-headless-python"  # kernel name used when none is given:
 
 
 class RepollingChannel(AsyncZMQSocketChannel):
-    """A shell/IOPub/control channel whose `get_msg(timeout)` polls in slices of at most POLL_INTERVAL seconds."""
+    """A shell/IOPub/control channel whose `get_msg(timeout)` polls in slices of at most POLL_INTERVAL seconds.
+
+    `RepollingChannel.recovered` counts (process-wide) the slices that ended empty-handed with a message already
+    waiting in the socket: lost wake-ups that plain nbclient would have slept through.
+    """
+
+    recovered = 0
 
     async def get_msg(self, timeout: float | None = None) -> dict[str, Any]:
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -53,6 +60,8 @@ class RepollingChannel(AsyncZMQSocketChannel):
             try:
                 return await super().get_msg(timeout=min(POLL_INTERVAL, left))
             except Empty:
+                if self.socket is not None and self.socket.get(zmq.EVENTS) & zmq.POLLIN:
+                    RepollingChannel.recovered += 1
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
 
@@ -154,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     mode = "quick" if args.quick else "full"
     failed = []
     for path in args.notebooks:
-        start = time.perf_counter()
+        start, recovered = time.perf_counter(), RepollingChannel.recovered
         try:
             nb, seconds = execute_notebook(path, quick=args.quick, timeout_per_cell=args.timeout_per_cell,
                                            kernel_name=args.kernel_name)
@@ -166,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         slowest = sorted(((s, i) for i, s in enumerate(seconds)), reverse=True)[:3]
         print(f"{path.name}: {time.perf_counter() - start:.1f} s ({mode}); slowest cells: "
-              + ", ".join(f"#{i} {s:.1f} s" for s, i in slowest), flush=True)
+              + ", ".join(f"#{i} {s:.1f} s" for s, i in slowest)
+              + f"; lost wake-ups recovered: {RepollingChannel.recovered - recovered}", flush=True)
         if args.out:
             nbformat.write(nb, args.out / path.name)
     if failed:
