@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint notebooks model book notebook-times clean
+.PHONY: demo test lint notebooks voila model book notebook-times clean
 
 $(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,16 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
+# A server that executes a notebook itself (Voila, also at /voila/render/ inside JupyterLab) does so through nbclient
+# with a kernel client from the server's kernel manager: this one re-polls its sockets, so a lost wake-up costs a
+# second instead of a stuck page (issue 21; see minirlhf/course/headless.py).
+REPOLLING := --ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient
+
 notebooks: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks/
+	$(VENV)/bin/jupyter lab $(REPOLLING) notebooks/
+
+voila: $(STAMP)
+	$(VENV)/bin/voila $(REPOLLING) notebooks/
 
 model: $(STAMP)
 	$(PY) scripts/build_tiny_model.py

@@ -79,7 +79,9 @@ def test_repoll_reads_a_message_whose_wakeup_was_lost(timeout):
     assert plain == "still waiting after 5 s", (
         "jupyter_client's own channel now reads a message whose wake-up was lost: the stall of issue 21 may be fixed "
         f"upstream (got {plain!r}); re-check before relying on it")
+    recovered = headless.RepollingChannel.recovered
     assert _run(_wait_after_lost_wakeup(headless.RepollingChannel, timeout)) == "execute_reply"
+    assert headless.RepollingChannel.recovered == recovered + 1  # the CLI's "lost wake-ups recovered" count
 
 
 def test_repoll_still_times_out():

@@ -25,12 +25,12 @@ import os
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from queue import Empty
 from typing import Any
 
 import nbformat
-import zmq
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.channels import AsyncZMQSocketChannel
 from jupyter_client.kernelspec import KernelSpecManager
@@ -41,14 +41,16 @@ from nbformat import NotebookNode
 from traitlets import Type
 
 POLL_INTERVAL = 1.0  # seconds: the longest one poll waits before it asks the socket again
+LATE = 0.25  # seconds: a message older than this when a poll's timer found it had been sitting in the socket
 THIS_PYTHON = "minirlhf-headless-python"  # kernel name used when none is given: the interpreter running this
 
 
 class RepollingChannel(AsyncZMQSocketChannel):
     """A shell/IOPub/control channel whose `get_msg(timeout)` polls in slices of at most POLL_INTERVAL seconds.
 
-    `RepollingChannel.recovered` counts (process-wide) the slices that ended empty-handed with a message already
-    waiting in the socket: lost wake-ups that plain nbclient would have slept through.
+    `RepollingChannel.recovered` counts (process-wide) the lost wake-ups a slice caught: a message that the slice's
+    poll did not wake for, found by pyzmq's last look when the slice ran out, though it had been sent more than
+    LATE seconds before. Plain nbclient's poll would have slept on past it, up to the cell timeout or for ever.
     """
 
     recovered = 0
@@ -57,13 +59,18 @@ class RepollingChannel(AsyncZMQSocketChannel):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             left = POLL_INTERVAL if deadline is None else max(0.0, deadline - time.monotonic())
+            piece, started = min(POLL_INTERVAL, left), time.monotonic()
             try:
-                return await super().get_msg(timeout=min(POLL_INTERVAL, left))
+                msg = await super().get_msg(timeout=piece)
             except Empty:
-                if self.socket is not None and self.socket.get(zmq.EVENTS) & zmq.POLLIN:
-                    RepollingChannel.recovered += 1
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
+                continue
+            waited_out = time.monotonic() - started >= piece > 0
+            age = (datetime.now(timezone.utc) - msg["header"]["date"]).total_seconds()
+            if waited_out and age > LATE:
+                RepollingChannel.recovered += 1
+            return msg
 
 
 class RepollingKernelClient(AsyncKernelClient):

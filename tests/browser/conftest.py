@@ -364,6 +364,11 @@ def start_server(args: list[str], base: Path, status_path: str) -> Server:
     return server
 
 
+# The kernel client a server uses when it executes a notebook itself (Voila, and Voila's /voila/render/ inside
+# JupyterLab): re-polling, as `make notebooks` and `make voila` pass it (issue 21).
+REPOLLING = "--ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient"
+
+
 @pytest.fixture(scope="session")
 def lab_server(no_leftover_processes, browser_tools, tmp_path_factory) -> Iterator[Server]:
     """JupyterLab on a temporary copy of notebooks/; stopped, with its kernels, at the end of the session."""
@@ -374,7 +379,7 @@ def lab_server(no_leftover_processes, browser_tools, tmp_path_factory) -> Iterat
         "--ServerApp.allow_root=True",
         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        f"--LabApp.app_settings_dir={base / 'lab-app-settings'}",
+        f"--LabApp.app_settings_dir={base / 'lab-app-settings'}", REPOLLING,
     ], base, "/api/status")
     yield server
     stop_process_group(server.process)
@@ -395,7 +400,7 @@ def voila_server(no_leftover_processes, browser_tools, tmp_path_factory) -> Iter
     base = tmp_path_factory.mktemp("voila")
     server = start_server([
         "-m", "voila", "--no-browser", "--Voila.ip=127.0.0.1", f"--Voila.token={TOKEN}",
-        "--VoilaConfiguration.show_tracebacks=True", str(base / "notebooks"),
+        "--VoilaConfiguration.show_tracebacks=True", REPOLLING, str(base / "notebooks"),
     ], base, "/voila/tree")  # Voila has no /api/status; its tree page needs the token too
     yield server
     stop_process_group(server.process)
