@@ -23,16 +23,14 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
-# A server that executes a notebook itself (Voila, also at /voila/render/ inside JupyterLab) does so through nbclient
-# with a kernel client from the server's kernel manager: this one re-polls its sockets, so a lost wake-up costs a
-# second instead of a stuck page (issue 21; see minirlhf/course/headless.py).
-REPOLLING := --ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient
-
 notebooks: $(STAMP)
-	$(VENV)/bin/jupyter lab $(REPOLLING) notebooks/
+	$(VENV)/bin/jupyter lab notebooks/
 
+# Voila executes a notebook on its server through nbclient, with a kernel client from the server's kernel manager:
+# this one re-polls its sockets, so a lost wake-up costs a second instead of a page stuck for ever (issue 21; see
+# minirlhf/course/headless.py).
 voila: $(STAMP)
-	$(VENV)/bin/voila $(REPOLLING) notebooks/
+	$(VENV)/bin/voila --ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient notebooks/
 
 model: $(STAMP)
 	$(PY) scripts/build_tiny_model.py

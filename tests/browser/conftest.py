@@ -364,8 +364,7 @@ def start_server(args: list[str], base: Path, status_path: str) -> Server:
     return server
 
 
-# The kernel client a server uses when it executes a notebook itself (Voila, and Voila's /voila/render/ inside
-# JupyterLab): re-polling, as `make notebooks` and `make voila` pass it (issue 21).
+# The kernel client Voila executes a notebook with: re-polling, as `make voila` passes it (issue 21).
 REPOLLING = "--ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient"
 
 
@@ -379,7 +378,7 @@ def lab_server(no_leftover_processes, browser_tools, tmp_path_factory) -> Iterat
         "--ServerApp.allow_root=True",
         f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        f"--LabApp.app_settings_dir={base / 'lab-app-settings'}", REPOLLING,
+        f"--LabApp.app_settings_dir={base / 'lab-app-settings'}",
     ], base, "/api/status")
     yield server
     stop_process_group(server.process)
