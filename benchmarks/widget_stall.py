@@ -25,7 +25,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from minirlhf.course.headless import HeadlessClient
+from minirlhf.course.headless import SERVER_OPTION, HeadlessClient
 
 CELLS = ["from minirlhf.course import widgets", "widgets.clip_explorer(eps=0.2)",
          "widgets.kl_estimator_explorer(beta=0.5)"]
@@ -45,21 +45,18 @@ def run_kernel(client_class: type[NotebookClient], timeout: float) -> list[float
     return waited
 
 
-REPOLLING = "--ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient"
-
-
 def voila_pages(repolling: bool, pages: int, timeout: float) -> list[float]:
     """Seconds each of `pages` loads of a Voila page of CELLS took (inf: no page within 10 cell timeouts)."""
-    with tempfile.TemporaryDirectory() as folder, socket.socket() as probe:
+    with socket.socket() as probe:  # a free port
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory() as folder:
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(source) for source in CELLS])
         nb.metadata.kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, Path(folder) / "explorers.ipynb")
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        probe.close()
         server = subprocess.Popen(
             [sys.executable, "-m", "voila", "--no-browser", "--Voila.ip=127.0.0.1", f"--Voila.port={port}",
-             "--Voila.token=stall", f"--VoilaExecutor.timeout={timeout:g}", *([REPOLLING] if repolling else []),
+             "--Voila.token=stall", f"--VoilaExecutor.timeout={timeout:g}", *([SERVER_OPTION] if repolling else []),
              folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             url = f"http://127.0.0.1:{port}/voila/render/explorers.ipynb?token=stall"
@@ -69,6 +66,8 @@ def voila_pages(repolling: bool, pages: int, timeout: float) -> list[float]:
                     break
                 except OSError:
                     time.sleep(1)
+            else:
+                raise RuntimeError(f"Voila did not answer on port {port} within a minute")
             seconds = []
             for _ in range(pages):
                 start = time.perf_counter()

@@ -154,3 +154,10 @@ def test_gpu_check_notebooks_mode_prints_per_notebook_times(tmp_path, monkeypatc
     assert "| a.ipynb | " in capsys.readouterr().out
     times = json.loads((tmp_path / "times.json").read_text())
     assert times["mode"] == "quick" and [row["notebook"] for row in times["notebooks"]] == ["a.ipynb"]
+
+
+def test_make_voila_passes_the_re_polling_client():
+    """The Makefile cannot import the option: it spells it out, and must spell it as the executor does."""
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    voila_recipe = makefile.split("\nvoila:", 1)[1].split("\n\n", 1)[0]
+    assert headless.SERVER_OPTION in voila_recipe

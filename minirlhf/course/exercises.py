@@ -472,6 +472,7 @@ def _bt_no_minus(chosen_scores, rejected_scores):
 # The registry
 # ---------------------------------------------------------------------------------------------------------
 
+LOG_SIGMOID_HINT = "log(sigmoid(x)) underflows to -inf for large negative x: use F.logsigmoid(x)."
 SIGN_HINT = "the sign is flipped: check which way the gradient should point, and whether you return a loss " \
             "(to minimise) or an objective (to maximise)."
 
@@ -595,8 +596,7 @@ EXERCISES_LIST = [
                     "chosen and rejected are swapped: the loss is -log σ(r_w - r_l), with r_w of the chosen answer."),
             Mistake("β missing from the rewards", _dpo_no_beta_in_rewards,
                     "the loss is right but the implicit rewards lack β: r = β (log p_θ - log p_ref)."),
-            Mistake("log of sigmoid", _dpo_log_of_sigmoid,
-                    "log(sigmoid(x)) underflows to -inf for large negative x: use F.logsigmoid(x)."),
+            Mistake("log of sigmoid", _dpo_log_of_sigmoid, LOG_SIGMOID_HINT),
         ),
         grad_inputs=("policy_chosen_logps", "policy_rejected_logps"),
     ),
@@ -606,8 +606,7 @@ EXERCISES_LIST = [
             Mistake("chosen and rejected swapped", _bt_swapped,
                     "chosen and rejected are swapped: P(y_w ≻ y_l) = σ(RM(y_w) - RM(y_l))."),
             Mistake("sum instead of mean", _bt_summed, "you sum over the pairs: the loss is the MEAN over pairs."),
-            Mistake("log of sigmoid", _bt_log_of_sigmoid,
-                    "log(sigmoid(x)) underflows to -inf for large negative x: use F.logsigmoid(x)."),
+            Mistake("log of sigmoid", _bt_log_of_sigmoid, LOG_SIGMOID_HINT),
             Mistake("no minus", _bt_no_minus,
                     "the minus sign is missing: the loss is the NEGATIVE log-likelihood -log σ(...)."),
         ),

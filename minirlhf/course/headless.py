@@ -66,9 +66,8 @@ class RepollingChannel(AsyncZMQSocketChannel):
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
                 continue
-            waited_out = time.monotonic() - started >= piece > 0
-            age = (datetime.now(timezone.utc) - msg["header"]["date"]).total_seconds()
-            if waited_out and age > LATE:
+            waited_out = time.monotonic() - started >= piece > 0  # found by the slice's last look, not a wake-up
+            if waited_out and (datetime.now(timezone.utc) - msg["header"]["date"]).total_seconds() > LATE:
                 RepollingChannel.recovered += 1
             return msg
 
@@ -79,6 +78,11 @@ class RepollingKernelClient(AsyncKernelClient):
     shell_channel_class = Type(RepollingChannel)
     iopub_channel_class = Type(RepollingChannel)
     control_channel_class = Type(RepollingChannel)
+
+
+CLIENT_CLASS = f"{RepollingKernelClient.__module__}.{RepollingKernelClient.__qualname__}"
+# The same client for a server that executes notebooks itself through nbclient (Voila: `make voila` spells it out).
+SERVER_OPTION = f"--ServerKernelManager.client_class={CLIENT_CLASS}"
 
 
 class HeadlessClient(NotebookClient):
@@ -105,7 +109,7 @@ class HeadlessClient(NotebookClient):
 
     def create_kernel_manager(self) -> KernelManager:
         km = super().create_kernel_manager()
-        km.client_class = f"{RepollingKernelClient.__module__}.{RepollingKernelClient.__qualname__}"
+        km.client_class = CLIENT_CLASS
         if self.kernel_dirs is not None:
             km.kernel_spec_manager = KernelSpecManager(kernel_dirs=self.kernel_dirs)
         return km

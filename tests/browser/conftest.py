@@ -47,6 +47,8 @@ from pathlib import Path
 
 import pytest
 
+from minirlhf.course.headless import SERVER_OPTION
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = ROOT / "notebooks"
 SCREENSHOT_DIR = ROOT / "test-artifacts" / "screenshots"
@@ -364,10 +366,6 @@ def start_server(args: list[str], base: Path, status_path: str) -> Server:
     return server
 
 
-# The kernel client Voila executes a notebook with: re-polling, as `make voila` passes it (issue 21).
-REPOLLING = "--ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient"
-
-
 @pytest.fixture(scope="session")
 def lab_server(no_leftover_processes, browser_tools, tmp_path_factory) -> Iterator[Server]:
     """JupyterLab on a temporary copy of notebooks/; stopped, with its kernels, at the end of the session."""
@@ -399,7 +397,8 @@ def voila_server(no_leftover_processes, browser_tools, tmp_path_factory) -> Iter
     base = tmp_path_factory.mktemp("voila")
     server = start_server([
         "-m", "voila", "--no-browser", "--Voila.ip=127.0.0.1", f"--Voila.token={TOKEN}",
-        "--VoilaConfiguration.show_tracebacks=True", REPOLLING, str(base / "notebooks"),
+        "--VoilaConfiguration.show_tracebacks=True",
+        SERVER_OPTION, str(base / "notebooks"),
     ], base, "/voila/tree")  # Voila has no /api/status; its tree page needs the token too
     yield server
     stop_process_group(server.process)
