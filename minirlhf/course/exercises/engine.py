@@ -1,0 +1,373 @@
+"""The checker's engine: run a student's function on an exercise's cases, compare it with the reference, name the mistake.
+
+It knows no topic. An exercise is a declaration in a catalogue module beside this one: its cases (inputs in the
+order of the stub's parameters, because a student's function is called positionally, so renamed parameters work),
+the reference (the library's own function, never a second copy of the math), the inputs whose gradient is compared,
+and its catalogued wrong versions, each with the hint that names the mistake. Other correct answers the checker
+accepts (a well-known implementation that differs on purpose) are declared as variants, with a note saying how.
+
+On every case the engine checks, in this order: an error (reported with the line of the student's code that raised),
+an input changed in place, the form of the result (None, a list, a number, a wrong shape or dtype), the values, and
+the gradient with respect to each differentiable input. When a check fails, the hint is the one of the wrong version
+whose outputs agree with the student's on every case (else on the failing one); otherwise a generic hint.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minirlhf.course import solutions
+
+DTYPE = torch.float64  # every case is built in float64, so a correct answer agrees to ~1e-12
+RTOL, ATOL = 1e-6, 1e-9
+STRICT_ENV = "MINIRLHF_EXERCISES_STRICT"
+TORCH_DIR = str(Path(torch.__file__).resolve().parent)
+ENGINE_DIR = str(Path(__file__).resolve().parent)
+
+
+class ExerciseFailed(AssertionError):
+    """Raised by check in strict mode (MINIRLHF_EXERCISES_STRICT=1) when the student's function fails."""
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    inputs: dict[str, Any]  # in the order of the stub's parameters: the function is called positionally
+    check_grad: bool = True  # False where a tie (r exactly at 1 ± ε) leaves the gradient up to the implementation
+
+
+@dataclass(frozen=True)
+class Mistake:
+    name: str
+    fn: Callable[..., Any]  # the wrong version, same parameters as the exercise
+    hint: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    fn: Callable[..., Any]  # another correct answer, accepted when it agrees on every case
+    note: str  # what sets it apart from the reference, printed with the verdict
+
+
+@dataclass(frozen=True)
+class Exercise:
+    id: str
+    topic: str  # the notebook's topic, as in quiz.TOPICS
+    stub: str  # name of the function the student writes (and of its solution in minirlhf.course.solutions)
+    reference: Callable[..., Any]  # the library's answer, called with the case's inputs in order
+    cases: Callable[[], list[Case]]
+    mistakes: tuple[Mistake, ...]
+    grad_inputs: tuple[str, ...] = ()  # inputs whose gradient (of the first output, summed) is compared too
+    variants: tuple[Variant, ...] = ()
+
+    @property
+    def solution_fn(self) -> Callable[..., Any]:
+        return getattr(solutions, self.stub)
+
+
+def tensor(values: Any) -> torch.Tensor:
+    """A float64 tensor of the values, for writing cases."""
+    return torch.as_tensor(values, dtype=DTYPE)
+
+
+def randn(*shape: int, seed: int) -> torch.Tensor:
+    """Seeded float64 standard normals, for writing cases."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DTYPE)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Running a function on one case
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: Any = None  # what the function returned, tensors detached
+    values: tuple[torch.Tensor, ...] | None = None  # the outputs read as float64 tensors (None: unreadable)
+    grads: dict[str, torch.Tensor | None] | None = None  # None for an input no gradient reaches
+    error: BaseException | None = None
+    where: str = ""  # the line of the student's code that raised
+    changed: tuple[str, ...] = ()  # inputs the function changed in place
+
+
+def _fresh_inputs(case: Case, grad_inputs: Sequence[str]) -> dict[str, Any]:
+    """Copies of the case's inputs, so that a function that writes into them can be caught and cannot spoil a case."""
+    inputs = {}
+    for name, value in case.inputs.items():
+        if isinstance(value, torch.Tensor):
+            value = value.detach().clone().requires_grad_(name in grad_inputs)
+        inputs[name] = value
+    return inputs
+
+
+def _changed(case: Case, inputs: dict[str, Any]) -> tuple[str, ...]:
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a.detach(), b))
+    return tuple(name for name, value in case.inputs.items()
+                 if isinstance(value, torch.Tensor) and not same(inputs[name], value))
+
+
+def _detached(result: Any) -> Any:
+    if isinstance(result, torch.Tensor):
+        return result.detach()
+    if isinstance(result, (tuple, list)):
+        return type(result)(_detached(item) for item in result)
+    return result
+
+
+def _readable(result: Any) -> tuple[torch.Tensor, ...] | None:
+    """The result's numbers as float64 tensors: a tuple's (or a list of tensors') items one by one, anything else
+    (a tensor, a number, a list of numbers) as one tensor; None when it holds no numbers."""
+    items = isinstance(result, tuple) or (isinstance(result, list) and any(isinstance(r, torch.Tensor) for r in result))
+    try:
+        return tuple(torch.as_tensor(_detached(item)).to(DTYPE) for item in (result if items else (result,)))
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
+def _where(error: BaseException, fn: Callable[..., Any]) -> str:
+    """The line of the student's code that raised: the deepest frame in fn's file, else outside torch and here."""
+    frames = traceback.extract_tb(error.__traceback__)
+    filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
+    mine = [f for f in frames if f.filename == filename] or [
+        f for f in frames if not f.filename.startswith((TORCH_DIR, ENGINE_DIR))]
+    if not mine:
+        return ""
+    frame = mine[-1]
+    in_cell = "ipykernel_" in frame.filename or frame.filename.startswith("<ipython-input")
+    place = "of the cell" if in_cell else f"of {frame.filename}"
+    return f"line {frame.lineno} {place}, in {frame.name}" + (f": {frame.line.strip()}" if frame.line else "")
+
+
+def _gradients(first: Any, inputs: dict[str, Any], names: Sequence[str]) -> dict[str, torch.Tensor | None]:
+    grads: dict[str, torch.Tensor | None] = {}
+    for name in names:
+        grad = None
+        if isinstance(first, torch.Tensor) and first.requires_grad and first.is_floating_point():
+            (grad,) = torch.autograd.grad(first.sum(), inputs[name], allow_unused=True, retain_graph=True)
+        grads[name] = None if grad is None else grad.detach().to(DTYPE)
+    return grads
+
+
+def run(fn: Callable[..., Any], case: Case, exercise: Exercise) -> Outcome:
+    """Call fn positionally on fresh copies of the case's inputs; a NotImplementedError (a stub) propagates."""
+    wanted = exercise.grad_inputs if case.check_grad else ()
+    inputs = _fresh_inputs(case, wanted)
+    try:
+        result = fn(*inputs.values())
+        first = result[0] if isinstance(result, (tuple, list)) and result else result
+        grads = _gradients(first, inputs, wanted)
+    except NotImplementedError:
+        raise
+    except Exception as error:  # noqa: BLE001 -- any error of the student's code is reported, not raised
+        return Outcome(error=error, where=_where(error, fn), changed=_changed(case, inputs))
+    return Outcome(_detached(result), _readable(result), grads, changed=_changed(case, inputs))
+
+
+@functools.cache
+def cases_of(exercise: Exercise) -> tuple[Case, ...]:
+    return tuple(exercise.cases())
+
+
+@functools.cache
+def expected_outcomes(exercise: Exercise) -> tuple[Outcome, ...]:
+    return tuple(run(exercise.reference, case, exercise) for case in cases_of(exercise))
+
+
+@functools.cache
+def _outcomes_of(exercise: Exercise, fn: Callable[..., Any]) -> tuple[Outcome, ...]:
+    return tuple(run(fn, case, exercise) for case in cases_of(exercise))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Comparing
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and bool(torch.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return f"a {type(value).__module__.split('.')[0]}.{type(value).__name__}" if type(value).__module__ != "builtins" \
+        else f"a {type(value).__name__}"
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "a scalar (shape ())" if t.dim() == 0 else f"shape {tuple(t.shape)}"
+
+
+def _tensor_problem(value: Any, expected: torch.Tensor, what: str) -> str | None:
+    if not isinstance(value, torch.Tensor):
+        if isinstance(value, (tuple, list)):
+            advice = "build the result with torch ops (torch.stack, torch.where, slicing) instead of a Python list"
+        elif value is None:
+            advice = "is the `return` missing?"
+        else:
+            advice = "keep it a tensor: .item(), .tolist(), float() or numpy give plain numbers, which carry no gradient"
+        return f"{what} is {_kind(value)}, not a torch.Tensor: {advice}"
+    if value.shape != expected.shape:
+        return f"{what} has {_shape(value)}, expected {_shape(expected)}"
+    if value.dtype != expected.dtype:
+        return (f"{what} has dtype {value.dtype}, expected {expected.dtype} (the inputs' dtype): make new tensors "
+                f"like the inputs (torch.zeros_like(x), dtype=x.dtype), torch.zeros(...) alone gives float32")
+    return None
+
+
+def form_problem(result: Any, expected: Any) -> str | None:
+    """What is wrong with the result's form (type, number of outputs, shape, dtype), or None."""
+    if result is None:
+        return "your function returned None: is the `return` missing?"
+    if isinstance(expected, tuple):
+        if not isinstance(result, (tuple, list)):
+            return f"your function returned {_kind(result)}, expected a tuple of {len(expected)} tensors"
+        if len(result) != len(expected):
+            return f"your function returned {len(result)} outputs, expected {len(expected)}"
+        problems = (_tensor_problem(r, e, f"output {i}") for i, (r, e) in enumerate(zip(result, expected)))
+        return next((p for p in problems if p), None)
+    return _tensor_problem(result, expected, "the result")
+
+
+def difference(actual: Outcome, expected: Outcome) -> str:
+    """What differs between two outcomes of one case ("" when they agree), in the order the checks run."""
+    if actual.error is not None or expected.error is not None:
+        return "" if actual.error is not None and expected.error is not None else "an error"
+    if actual.changed:
+        return "an input changed in place"
+    problem = form_problem(actual.result, expected.result)
+    if problem:
+        return problem
+    for i, (a, e) in enumerate(zip(actual.values, expected.values)):
+        if not _close(a, e):
+            return "the values" if len(expected.values) == 1 else f"the values of output {i}"
+    for name, grad in expected.grads.items():
+        if not _close(actual.grads[name], grad):
+            return f"the gradient with respect to {name}"
+    return ""
+
+
+def _agrees_with_mistake(actual: Outcome, wrong: Outcome) -> bool:
+    """Whether the student's outputs are the wrong version's: the numbers (and gradients), whatever their form."""
+    if actual.error is not None or wrong.error is not None:
+        return actual.error is not None and wrong.error is not None
+    if actual.values is None or wrong.values is None or len(actual.values) != len(wrong.values):
+        return False
+    if not all(_close(a, w) for a, w in zip(actual.values, wrong.values)):
+        return False
+    return all(_close(actual.grads.get(name), grad) for name, grad in wrong.grads.items())
+
+
+def _named_hint(exercise: Exercise, student: Sequence[Outcome], failing: int) -> str | None:
+    """The hint of the wrong version that agrees with the student on every case, else on the failing case."""
+    outcomes = {m.name: _outcomes_of(exercise, m.fn) for m in exercise.mistakes}
+    for rule in (range(len(student)), (failing,)):
+        for mistake in exercise.mistakes:
+            if all(_agrees_with_mistake(student[i], outcomes[mistake.name][i]) for i in rule):
+                return f"({mistake.name}) {mistake.hint}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The verdict
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        value = value.detach()
+        if value.is_floating_point():
+            value = value.double().round(decimals=6)
+        return str(value.tolist())
+    if isinstance(value, (tuple, list)):
+        return "(" + ", ".join(_fmt(v) for v in value) + ")"
+    return repr(value)
+
+
+def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what: str) -> str:
+    if what == "an input changed in place":
+        return ("work on copies: x = x * mask or x = x.clone() before changing it, not x *= mask, x[...] = 0 or "
+                "x.zero_(), which overwrite the caller's tensor.")
+    if what.startswith("the gradient"):
+        name = what.rsplit(" ", 1)[-1]
+        if actual.grads[name] is None or not actual.grads[name].any():
+            return (f"the values are right but no gradient reaches {name}: something detaches it (.detach(), "
+                    f".item(), torch.tensor(...) of computed numbers, numpy, or torch.no_grad()).")
+        return f"a term that depends on {name} is wrong although the values agree: check each use of {name}."
+    return f"compare your steps with the equation term by term (stuck? exercises.solution({exercise.id!r}))."
+
+
+def _report(exercise: Exercise, case: Case, expected: Outcome, actual: Outcome, what: str, hint: str) -> str:
+    if actual.error is not None:
+        problem = "your function raised an error"
+    elif what == "an input changed in place":
+        names = ", ".join(f"`{name}`" for name in actual.changed)
+        problem = f"your function changed its input {names} in place"
+    elif what.startswith(("the values", "the gradient")):
+        problem = f"mismatch in {what}"
+    else:
+        problem = what
+    lines = [f"✗ {exercise.id}: case '{case.name}' failed: {problem}.", "  inputs:"]
+    lines += [f"    {name} = {_fmt(value)}" for name, value in case.inputs.items()]
+    if actual.error is not None:
+        lines.append(f"  error: {type(actual.error).__name__}: {actual.error}")
+        if actual.where:
+            lines.append(f"  at: {actual.where}")
+    elif what.startswith("the gradient"):
+        name = what.rsplit(" ", 1)[-1]
+        yours = actual.grads[name]
+        lines += [f"  expected gradient: {_fmt(expected.grads[name])}",
+                  f"  yours:             {'none (no gradient reaches it)' if yours is None else _fmt(yours)}"]
+    elif what != "an input changed in place":
+        lines += [f"  expected: {_fmt(expected.result)}", f"  yours:    {_fmt(actual.result)}"]
+    lines.append(f"  hint: {hint}")
+    return "\n".join(lines)
+
+
+def check(exercise: Exercise, fn: Callable[..., Any], strict: bool | None = None) -> bool:
+    """Run `fn` and the reference on every case; print the verdict, return True if fn passes.
+
+    The first failing case is printed with its inputs, the expected and actual values (or gradients) and a hint
+    naming the mistake. `strict` (default: MINIRLHF_EXERCISES_STRICT=1) raises ExerciseFailed instead of False.
+    """
+    strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
+    cases, expected = cases_of(exercise), expected_outcomes(exercise)
+    try:
+        student = [run(fn, case, exercise) for case in cases]
+    except NotImplementedError:
+        message = (f"{exercise.id}: not implemented yet. Replace `raise NotImplementedError` in {exercise.stub}() "
+                   f"with your code and run the check again (stuck? exercises.solution({exercise.id!r}) shows one "
+                   f"way).")
+    else:
+        differences = [difference(actual, wanted) for actual, wanted in zip(student, expected)]
+        failing = next((i for i, what in enumerate(differences) if what), None)
+        grads = " and gradients" if exercise.grad_inputs else ""
+        if failing is None:
+            print(f"✓ {exercise.id}: passed {len(cases)} cases (values{grads} match minirlhf's own function).")
+            return True
+        for variant in exercise.variants:
+            if not any(difference(a, v) for a, v in zip(student, _outcomes_of(exercise, variant.fn))):
+                print(f"✓ {exercise.id}: passed {len(cases)} cases as {variant.name}, not minirlhf's own function. "
+                      f"{variant.note}")
+                return True
+        actual, what = student[failing], differences[failing]
+        hint = _named_hint(exercise, student, failing) or _fallback_hint(exercise, actual, expected[failing], what)
+        message = _report(exercise, cases[failing], expected[failing], actual, what, hint)
+    print(message)
+    if strict:
+        raise ExerciseFailed(message)
+    return False

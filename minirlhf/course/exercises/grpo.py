@@ -1,0 +1,198 @@
+"""Exercises of notebook 04: group-normalised advantages, the k3 KL estimator."""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from minirlhf import losses
+from minirlhf.course.exercises.engine import Case, Exercise, Mistake, Variant, randn, tensor
+
+# A group whose std is below this counts as constant (Â = 0): the library's own threshold, read from
+# grpo_advantages' default so the cases follow it if it moves.
+CONSTANT_GROUP_STD = inspect.signature(losses.grpo_advantages).parameters["eps"].default
+TRL_STD_EPS = 1e-4  # TRL's GRPOTrainer: Â = (R - mean) / (std + 1e-4), no threshold
+
+# ---------------------------------------------------------------------------------------------------------
+# grpo-advantages
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _grpo_advantages(rewards, group_size):
+    return losses.grpo_advantages(rewards, group_size)
+
+
+def _grpo_cases():
+    noise, spread = CONSTANT_GROUP_STD, 4 * CONSTANT_GROUP_STD  # one reward off by these: std = 1/2 of it (G = 4)
+    return [
+        Case("the lecture's group: 2 correct out of 8", dict(rewards=tensor([1, 0, 1, 0, 0, 0, 0, 0]), group_size=8)),
+        Case("two groups of 4 with different spreads", dict(rewards=tensor([0.1, 0.9, 0.4, 0.6, 3.0, -2.0, 1.0, 0.0]),
+                                                            group_size=4)),
+        Case("G = 2", dict(rewards=tensor([1.0, 0.0, 0.3, 0.8]), group_size=2)),
+        Case("a group with zero std (every answer right)", dict(rewards=tensor([1, 1, 1, 1, 1, 0, 0, 1]),
+                                                                group_size=4)),
+        Case(f"float noise: a group with 0 < std < {CONSTANT_GROUP_STD:g} counts as constant",
+             dict(rewards=tensor([0.5, 0.5 + noise, 0.5, 0.5, 0.0, 1.0, 0.0, 0.5]), group_size=4)),
+        Case(f"a small real spread: std = {spread / 2:g}, above the threshold",
+             dict(rewards=tensor([2.0, 2.0, 2.0 + spread, 2.0]), group_size=4)),
+        Case("random rewards, groups of 8", dict(rewards=randn(16, seed=8), group_size=8)),
+    ]
+
+
+def _normalised(R, std, zero_below=CONSTANT_GROUP_STD):
+    centred = R - R.mean(1, keepdim=True)
+    return torch.where(std < zero_below, torch.zeros_like(R), centred / std.clamp_min(CONSTANT_GROUP_STD))
+
+
+def _grpo_population_std(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return _normalised(R, R.std(1, keepdim=True, correction=0)).reshape(-1)
+
+
+def _grpo_no_std(rewards, group_size):
+    return losses.grpo_advantages(rewards, group_size, scale="none")
+
+
+def _grpo_batch_std(rewards, group_size):
+    return losses.grpo_advantages(rewards, group_size, scale="batch")
+
+
+def _grpo_batch_statistics(rewards, group_size):
+    return (rewards - rewards.mean()) / rewards.std()
+
+
+def _grpo_unguarded(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return ((R - R.mean(1, keepdim=True)) / R.std(1, keepdim=True)).reshape(-1)
+
+
+def _grpo_only_exact_zero(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    std = R.std(1, keepdim=True)
+    return torch.where(std == 0, torch.zeros_like(R), (R - R.mean(1, keepdim=True)) / std).reshape(-1)
+
+
+def _grpo_clamped_not_zeroed(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return ((R - R.mean(1, keepdim=True)) / R.std(1, keepdim=True).clamp_min(CONSTANT_GROUP_STD)).reshape(-1)
+
+
+def _grpo_interleaved(rewards, group_size):
+    R = rewards.view(group_size, -1).T  # row j taken for one prompt's answers: every B/G-th reward
+    return _normalised(R, R.std(1, keepdim=True)).T.reshape(-1)
+
+
+def _grpo_trl(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return ((R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True) + TRL_STD_EPS)).reshape(-1)
+
+
+GRPO_ADVANTAGES = Exercise(
+    "grpo-advantages", "grpo", "group_advantages", _grpo_advantages, _grpo_cases,
+    (
+        Mistake("population std", _grpo_population_std,
+                "you divide by the population std (1/G): the library, like TRL, uses the sample std "
+                "(1/(G - 1), torch.std's default)."),
+        Mistake("no std", _grpo_no_std,
+                "the advantages are centred but not scaled: divide by the group's std (that is Dr. GRPO, "
+                "scale='none')."),
+        Mistake("batch std", _grpo_batch_std,
+                "you divide by the std of the whole batch: GRPO divides by the std of each answer's own group "
+                "(that is scale='batch')."),
+        Mistake("batch statistics", _grpo_batch_statistics,
+                "mean and std are taken over the whole batch: normalise within each group of G consecutive "
+                "rewards (reshape to (B/G, G))."),
+        Mistake("groups read interleaved", _grpo_interleaved,
+                "your groups are interleaved (every B/G-th reward): a group is G CONSECUTIVE rewards, "
+                "rewards.view(-1, G) (one row per prompt), not rewards.view(G, -1)."),
+        Mistake("zero std not handled", _grpo_unguarded,
+                "a group whose rewards are all equal has std 0, and 0/0 is NaN: give such a group Â = 0."),
+        Mistake("constant only when std is exactly 0", _grpo_only_exact_zero,
+                f"only std == 0 counts as constant: float noise (rewards 0.5 and 0.5 + {CONSTANT_GROUP_STD:g}) "
+                f"divided by its tiny std becomes ±1-sized advantages. A group whose std is below "
+                f"{CONSTANT_GROUP_STD:g} counts as constant: Â = 0."),
+        Mistake("tiny std clamped, not zeroed", _grpo_clamped_not_zeroed,
+                f"dividing by std.clamp_min({CONSTANT_GROUP_STD:g}) keeps a near-constant group's float noise as "
+                f"advantages of up to ±1: a group whose std is below {CONSTANT_GROUP_STD:g} gets Â = 0 exactly "
+                f"(torch.where)."),
+    ),
+    variants=(
+        Variant("TRL's form (R - mean) / (std + 1e-4)", _grpo_trl,
+                f"TRL adds 1e-4 to the std instead of a threshold. The two agree to 1e-4/std relative on a group "
+                f"with a real spread (0.1% at std 0.1), and differ on near-constant groups: for a std below "
+                f"{CONSTANT_GROUP_STD:g} minirlhf gives exactly 0, TRL's form a small advantage (about "
+                f"(R - mean) / 1e-4). minirlhf keeps the threshold so a group it calls constant is exactly 0, as "
+                f"its constant-group diagnostics count it."),
+    ),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# k3-estimator
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _k3_cases():
+    logp, ref_logp = randn(2, 5, seed=9) - 1.0, randn(2, 5, seed=10) - 1.0
+    return [
+        Case("random tokens", dict(logp=logp, ref_logp=ref_logp)),
+        Case("p_θ = p_ref: k3 = 0", dict(logp=tensor([[-0.5, -2.0, -7.0]]), ref_logp=tensor([[-0.5, -2.0, -7.0]]))),
+        Case("p_θ far above and far below p_ref", dict(logp=tensor([[-0.1, -6.0]]), ref_logp=tensor([[-5.0, -0.2]]))),
+        Case("tiny differences: k3 ≈ d²/2 ≈ 5e-7, far above the tolerance",
+             dict(logp=tensor([[-1.0, -2.0, -3.0]]), ref_logp=tensor([[-1.0 + 1e-3, -2.0 - 1e-3, -3.0 + 3e-3]]))),
+    ]
+
+
+def _k3_upside_down(logp, ref_logp):
+    return losses.kl_k3(ref_logp, logp)
+
+
+def _k3_is_k1(logp, ref_logp):
+    return losses.kl_k1(logp, ref_logp)
+
+
+def _k3_is_k2(logp, ref_logp):
+    return losses.kl_k2(logp, ref_logp)
+
+
+def _k3_without_minus_one(logp, ref_logp):
+    return losses.kl_k3(logp, ref_logp) + 1
+
+
+def _k3_without_log_term(logp, ref_logp):
+    return torch.expm1(ref_logp - logp)
+
+
+def _k3_detached(logp, ref_logp):
+    return losses.kl_k3(logp.detach(), ref_logp)
+
+
+def _k3_ratio_of_logps(logp, ref_logp):
+    ratio = ref_logp / logp  # the wrong "ratio": of the log-probabilities themselves
+    return ratio - torch.log(ratio) - 1
+
+
+K3_ESTIMATOR = Exercise(
+    "k3-estimator", "grpo", "k3_estimate", losses.kl_k3, _k3_cases,
+    (
+        Mistake("ratio upside down", _k3_upside_down,
+                "the ratio is upside down: k3 uses p_ref/p_θ (samples come from p_θ, so E[p_ref/p_θ] = 1)."),
+        Mistake("k1", _k3_is_k1, "this is k1 = log p_θ - log p_ref; k3 = p_ref/p_θ - log(p_ref/p_θ) - 1."),
+        Mistake("k2", _k3_is_k2, "this is k2 = ½ (log p_θ - log p_ref)²; k3 = p_ref/p_θ - log(p_ref/p_θ) - 1."),
+        Mistake("forgotten - 1", _k3_without_minus_one,
+                "the '- 1' is missing: without it k3 is 1 where p_θ = p_ref instead of 0."),
+        Mistake("log term missing", _k3_without_log_term,
+                "the '- log(p_ref/p_θ)' term is missing: p_ref/p_θ - 1 alone is k1's unbiased cousin, negative half "
+                "the time; k3 = p_ref/p_θ - log(p_ref/p_θ) - 1 is never negative."),
+        Mistake("ratio of log-probs", _k3_ratio_of_logps,
+                "you divide the log-probabilities: p_ref/p_θ = exp(ref_logp - logp), and log(p_ref/p_θ) = "
+                "ref_logp - logp."),
+        Mistake("detached log-prob", _k3_detached,
+                "the values are right but no gradient reaches logp: the KL penalty must pull on p_θ, so compute k3 "
+                "with torch ops on logp itself (no .detach(), .item() or torch.tensor(...) of it)."),
+    ),
+    grad_inputs=("logp",),
+)
+
+EXERCISES = [GRPO_ADVANTAGES, K3_ESTIMATOR]

@@ -1,0 +1,214 @@
+"""Exercises of notebook 03: the clipped PPO loss, GAE."""
+
+from __future__ import annotations
+
+import torch
+
+from minirlhf import losses
+from minirlhf.course import toy
+from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, randn, tensor
+
+# ---------------------------------------------------------------------------------------------------------
+# ppo-clip
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ppo_clip(logp, old_logp, advantages, mask, eps):
+    return losses.ppo_clip_loss(logp, old_logp, advantages, mask, eps)[0]
+
+
+def _ppo_cases():
+    eps = 0.2
+    at_bounds = torch.log(tensor([[1 - eps, 1 + eps, 1 - eps, 1 + eps]]))
+    padded_logp = tensor([[-1.0, -0.5, -2.0, -9.0], [-0.3, -9.0, -9.0, -9.0]])
+    padded_old = tensor([[-1.2, -0.2, -2.0, 0.0], [-0.9, 0.0, 0.0, 0.0]])
+    padded_mask = tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    padded_adv = tensor([[1.0, -1.0, 0.5, 5.0], [2.0, 5.0, 5.0, 5.0]])
+    logp, old_logp = randn(3, 6, seed=5) * 0.3 - 1.0, randn(3, 6, seed=6) * 0.3 - 1.0
+    ones = torch.ones(1, 2, dtype=DTYPE)
+    return [
+        Case("random ratios, Â of both signs", dict(logp=logp, old_logp=old_logp, advantages=randn(3, 6, seed=7),
+                                                    mask=torch.ones(3, 6, dtype=DTYPE), eps=eps)),
+        Case("r far above 1 + ε, Â > 0", dict(logp=tensor([[0.0, -0.1]]), old_logp=tensor([[-1.0, -1.0]]),
+                                              advantages=tensor([[1.0, 2.0]]), mask=ones, eps=eps)),
+        Case("r far below 1 - ε, Â < 0", dict(logp=tensor([[-3.0, -2.5]]), old_logp=tensor([[-1.0, -1.0]]),
+                                              advantages=tensor([[-1.0, -2.0]]), mask=ones, eps=eps)),
+        Case("r far above 1 + ε, Â < 0 (not clipped)", dict(logp=tensor([[0.0]]), old_logp=tensor([[-1.0]]),
+                                                            advantages=tensor([[-1.5]]),
+                                                            mask=torch.ones(1, 1, dtype=DTYPE), eps=eps)),
+        Case("r far below 1 - ε, Â > 0 (not clipped)", dict(logp=tensor([[-3.0]]), old_logp=tensor([[-1.0]]),
+                                                            advantages=tensor([[1.5]]),
+                                                            mask=torch.ones(1, 1, dtype=DTYPE), eps=eps)),
+        Case("r exactly at 1 ± ε", dict(logp=at_bounds, old_logp=torch.zeros(1, 4, dtype=DTYPE),
+                                        advantages=tensor([[1.0, 1.0, -1.0, -1.0]]),
+                                        mask=torch.ones(1, 4, dtype=DTYPE), eps=eps), check_grad=False),
+        Case("ε = 0.1: r = 1.15 and 0.85 are clipped", dict(logp=torch.log(tensor([[1.15, 0.85]])),
+                                                            old_logp=torch.zeros(1, 2, dtype=DTYPE),
+                                                            advantages=tensor([[1.0, -2.0]]), mask=ones, eps=0.1)),
+        Case("ε = 0.3: r = 1.25 and 0.75 are not clipped", dict(logp=torch.log(tensor([[1.25, 0.75]])) - 0.5,
+                                                                old_logp=torch.full((1, 2), -0.5, dtype=DTYPE),
+                                                                advantages=tensor([[2.0, -1.0]]), mask=ones,
+                                                                eps=0.3)),
+        Case("padding at the end of each row", dict(logp=padded_logp, old_logp=padded_old, advantages=padded_adv,
+                                                    mask=padded_mask, eps=eps)),
+        Case("one-token response next to a longer one", dict(logp=padded_logp, old_logp=padded_old,
+                                                             advantages=-padded_adv, mask=padded_mask, eps=0.1)),
+    ]
+
+
+def _ppo_with(surrogate=losses.clipped_surrogate, ratio_of=lambda logp, old: torch.exp(logp - old),
+              fixed_eps=None, detach_ratio=False, use_mask=True, reduce="token-mean", sign=-1.0):
+    """The PPO loss with one thing made wrong on purpose."""
+    def loss(logp, old_logp, advantages, mask, eps):
+        ratio = ratio_of(logp, old_logp)
+        if detach_ratio:
+            ratio = ratio.detach()
+        objective = surrogate(ratio, advantages, eps if fixed_eps is None else fixed_eps)
+        if not use_mask:
+            return sign * objective.mean()
+        if reduce == "sum":
+            return sign * losses.masked_sum(objective, mask)
+        return sign * losses.aggregate(objective, mask, reduce)
+    return loss
+
+
+def _surrogate_max(ratio, advantages, eps):
+    return torch.maximum(ratio * advantages, torch.clamp(ratio, 1 - eps, 1 + eps) * advantages)
+
+
+def _surrogate_upper_clip_only(ratio, advantages, eps):
+    return torch.minimum(ratio * advantages, torch.clamp(ratio, max=1 + eps) * advantages)
+
+
+def _surrogate_clipped_only(ratio, advantages, eps):
+    return torch.clamp(ratio, 1 - eps, 1 + eps) * advantages
+
+
+PPO_CLIP = Exercise(
+    "ppo-clip", "ppo", "clipped_policy_loss", _ppo_clip, _ppo_cases,
+    (
+        Mistake("max instead of min", _ppo_with(_surrogate_max),
+                "you take the max of the two terms: PPO takes the MIN, the pessimistic bound, so that moving "
+                "the ratio beyond the clip range never pays."),
+        Mistake("sign flip", _ppo_with(sign=1.0),
+                "the sign is flipped: min(r Â, clip(r) Â) is an objective to MAXIMISE, the loss is its negative."),
+        Mistake("clip on one side only", _ppo_with(_surrogate_upper_clip_only),
+                "only 1 + ε is clipped: with Â < 0 the ratio must be clipped at 1 - ε as well, "
+                "clip(r, 1 - ε, 1 + ε)."),
+        Mistake("no min", _ppo_with(_surrogate_clipped_only),
+                "you return only the clipped term: the min with the unclipped r Â is what keeps the full "
+                "(unclipped) penalty when the ratio moves the wrong way."),
+        Mistake("ε fixed at 0.2", _ppo_with(fixed_eps=0.2),
+                "the clip range ignores the eps argument (0.2 is written in): clip at 1 - eps and 1 + eps."),
+        Mistake("log-ratio used as the ratio", _ppo_with(ratio_of=lambda logp, old: logp - old),
+                "logp - old_logp is the LOG of the ratio: r = exp(logp - old_logp), which is 1 when nothing moved."),
+        Mistake("ratio upside down", _ppo_with(ratio_of=lambda logp, old: torch.exp(old - logp)),
+                "the ratio is upside down: r = p_θ / p_θold = exp(logp - old_logp)."),
+        Mistake("detached ratio", _ppo_with(detach_ratio=True),
+                "the values are right but no gradient reaches logp: the ratio is detached (or built from "
+                "numbers that are). Compute r = exp(logp - old_logp) with torch ops on logp itself."),
+        Mistake("forgotten mask", _ppo_with(use_mask=False),
+                "padded tokens are counted: apply the mask, and average over the real tokens only."),
+        Mistake("padding counted in the mean", _ppo_with(reduce="constant"),
+                "padding is counted in the mean: divide by the number of real tokens (mask.sum()), not by B·T."),
+        Mistake("sum instead of mean", _ppo_with(reduce="sum"),
+                "you sum over the tokens: the loss is the MEAN over all real tokens, Σ (mask · objective) / Σ mask."),
+        Mistake("sum per sequence", _ppo_with(reduce="seq-sum"),
+                "you sum over the tokens of each response and average the responses: the loss is the MEAN over "
+                "all real tokens, Σ (mask · objective) / Σ mask."),
+        Mistake("mean per sequence", _ppo_with(reduce="seq-mean"),
+                "you average each response, then the responses: that weighs a token of a short response more. "
+                "Average over all real tokens of the batch at once, Σ (mask · objective) / Σ mask."),
+    ),
+    grad_inputs=("logp",),
+)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# gae
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _gae(rewards, values, mask, gamma, lam):
+    return losses.gae(rewards, values, mask, gamma, lam)[0]
+
+
+def _gae_cases():
+    traj = toy.toy_trajectory()
+    padded_rewards = tensor([[0.0, -0.1, 1.0, 7.0, 7.0], [0.5, 7.0, 7.0, 7.0, 7.0], [0.1, 0.0, 0.2, -0.3, 1.0]])
+    padded_values = tensor([[0.2, 0.4, 0.6, 9.0, 9.0], [0.3, 9.0, 9.0, 9.0, 9.0], [0.5, 0.4, 0.3, 0.2, 0.1]])
+    padded_mask = tensor([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]])
+    empty_mask = tensor([[1, 1, 0], [0, 0, 0]])
+    return [
+        Case("toy trajectory, γ = 1, λ = 0.95", dict(rewards=traj.rewards, values=traj.values, mask=traj.mask,
+                                                     gamma=1.0, lam=0.95)),
+        Case("λ = 0: one-step TD errors", dict(rewards=traj.rewards, values=traj.values, mask=traj.mask, gamma=0.9,
+                                               lam=0.0)),
+        Case("λ = 1, γ = 0.9: discounted return minus V", dict(rewards=traj.rewards, values=traj.values,
+                                                               mask=traj.mask, gamma=0.9, lam=1.0)),
+        Case("random rewards and values, γ = 0.8, λ = 0.6", dict(rewards=randn(2, 4, seed=13),
+                                                                 values=randn(2, 4, seed=14),
+                                                                 mask=torch.ones(2, 4, dtype=DTYPE), gamma=0.8,
+                                                                 lam=0.6)),
+        Case("padding (garbage r and V after the last token), one-token row",
+             dict(rewards=padded_rewards, values=padded_values, mask=padded_mask, gamma=0.99, lam=0.9)),
+        Case("an empty response", dict(rewards=tensor([[0.0, 1.0, 4.0], [4.0, 4.0, 4.0]]),
+                                       values=tensor([[0.5, 0.5, 4.0], [4.0, 4.0, 4.0]]), mask=empty_mask, gamma=1.0,
+                                       lam=0.95)),
+    ]
+
+
+def _gae_loop(decay=lambda g, la: g * la, zero_padding=True, mask_output=True, reverse=True, next_offset=1,
+              gamma_in_delta=True, last=0):
+    """GAE's backward recursion Â_t = δ_t + decay · Â_{t+1}, with its bookkeeping made wrong on purpose."""
+    def gae(rewards, values, mask, gamma, lam):
+        if zero_padding:
+            rewards, values = rewards * mask, values * mask
+        T = rewards.shape[1]
+        advantages = torch.zeros_like(rewards)
+        running = torch.zeros_like(rewards[:, 0])
+        for t in (reversed(range(T - last)) if reverse else range(T - last)):
+            s = t + next_offset
+            next_value = values[:, s] if s < T else torch.zeros_like(running)
+            delta = rewards[:, t] + (gamma if gamma_in_delta else 1.0) * next_value - values[:, t]
+            running = delta + decay(gamma, lam) * running
+            if mask_output:
+                running = running * mask[:, t]
+            advantages[:, t] = running
+        return advantages
+    return gae
+
+
+def _gae_returns(rewards, values, mask, gamma, lam):
+    return losses.gae(rewards, values, mask, gamma, lam)[1]
+
+
+GAE = Exercise(
+    "gae", "ppo", "gae_advantages", _gae, _gae_cases,
+    (
+        Mistake("bootstrap from padding", _gae_loop(zero_padding=False),
+                "after the last real token you bootstrap from a padded V: the response has ended, V(s_T) = 0 "
+                "there (zero the padded values, or mask them)."),
+        Mistake("no mask at all", _gae_loop(zero_padding=False, mask_output=False),
+                "the mask is not used: padded rewards and values (any number) leak into the real tokens' advantages "
+                "and the padded advantages are not 0. Zero r and V on padding, and Â there."),
+        Mistake("γ instead of γλ", _gae_loop(decay=lambda g, la: g),
+                "the recursion decays by γ only: Â_t = δ_t + γλ Â_{t+1}."),
+        Mistake("λ instead of γλ", _gae_loop(decay=lambda g, la: la),
+                "the recursion decays by λ only: Â_t = δ_t + γλ Â_{t+1}."),
+        Mistake("no γ in δ", _gae_loop(gamma_in_delta=False),
+                "the TD error lacks its discount: δ_t = r_t + γ V(s_{t+1}) - V(s_t)."),
+        Mistake("next value off by one", _gae_loop(next_offset=0),
+                "δ_t bootstraps from V(s_t), the current state: the next state's value is V(s_{t+1}), "
+                "values[:, t + 1] (0 after the last token)."),
+        Mistake("last token skipped", _gae_loop(last=1),
+                "the loop stops one token early: run t over T - 1, ..., 0, the last token included (its δ is "
+                "r_T - V(s_T), with nothing to bootstrap from)."),
+        Mistake("forward recursion", _gae_loop(reverse=False),
+                "the recursion runs forwards: Â_t needs Â_{t+1}, so loop t from the last token back to the first."),
+        Mistake("returns instead of advantages", _gae_returns,
+                "these are the returns Â_t + V(s_t), the value target: return the advantages themselves."),
+    ),
+)
+
+EXERCISES = [PPO_CLIP, GAE]
