@@ -3,12 +3,14 @@ rejects each classic wrong version with that version's hint, and reports a stub 
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
 import pytest
 
-from minirlhf.course import exercises
+from minirlhf.course import exercises, quiz
+from minirlhf.course.exercises import engine
 
 IDS = exercises.list_exercises()
 MISTAKES = [(e.id, m) for e in exercises.EXERCISES_LIST for m in e.mistakes]
@@ -20,6 +22,22 @@ def test_every_method_notebook_has_two_exercises_with_three_mistakes():
         assert len(exercises.list_exercises(topic)) >= 2, topic
     for exercise in exercises.EXERCISES_LIST:
         assert len(exercise.mistakes) >= 3, exercise.id
+
+
+def test_cases_list_their_inputs_in_the_order_of_the_stubs_parameters():
+    """The student's function is called positionally, so each case must follow the stub's signature."""
+    for exercise in exercises.EXERCISES_LIST:
+        parameters = list(inspect.signature(exercise.solution_fn).parameters)
+        for case in exercise.cases():
+            assert list(case.inputs) == parameters, (exercise.id, case.name)
+
+
+def test_the_engine_names_no_topic_and_each_topic_has_its_catalogue():
+    source = Path(engine.__file__).read_text(encoding="utf-8")
+    for word in (*quiz.TOPICS, *IDS, "losses", "toy"):
+        assert word not in source, word
+    for exercise in exercises.EXERCISES_LIST:
+        assert exercise.topic in quiz.TOPICS, exercise.id
 
 
 @pytest.mark.parametrize("exercise_id", IDS)

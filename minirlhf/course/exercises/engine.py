@@ -1,4 +1,4 @@
-"""The checker's engine: run a student's function on an exercise's cases, compare it with the reference, name the mistake.
+"""The checker's engine: run a student's function on an exercise's cases, compare with the reference, name the mistake.
 
 It knows no topic. An exercise is a declaration in a catalogue module beside this one: its cases (inputs in the
 order of the stub's parameters, because a student's function is called positionally, so renamed parameters work),
@@ -219,7 +219,7 @@ def _tensor_problem(value: Any, expected: torch.Tensor, what: str) -> str | None
         elif value is None:
             advice = "is the `return` missing?"
         else:
-            advice = "keep it a tensor: .item(), .tolist(), float() or numpy give plain numbers, which carry no gradient"
+            advice = "keep it a tensor: .item(), .tolist(), float() and numpy give plain numbers, with no gradient"
         return f"{what} is {_kind(value)}, not a torch.Tensor: {advice}"
     if value.shape != expected.shape:
         return f"{what} has {_shape(value)}, expected {_shape(expected)}"
@@ -245,10 +245,10 @@ def form_problem(result: Any, expected: Any) -> str | None:
 
 def difference(actual: Outcome, expected: Outcome) -> str:
     """What differs between two outcomes of one case ("" when they agree), in the order the checks run."""
+    if actual.changed:  # first: it spoils what follows (a gradient through a changed input raises)
+        return "an input changed in place"
     if actual.error is not None or expected.error is not None:
         return "" if actual.error is not None and expected.error is not None else "an error"
-    if actual.changed:
-        return "an input changed in place"
     problem = form_problem(actual.result, expected.result)
     if problem:
         return problem
@@ -298,6 +298,12 @@ def _fmt(value: Any) -> str:
     return repr(value)
 
 
+def _describe(result: Any) -> str:
+    if isinstance(result, tuple):
+        return f"a tuple of {len(result)} tensors (" + ", ".join(_describe(r) for r in result) + ")"
+    return f"a tensor of {_shape(result)} and dtype {result.dtype}"
+
+
 def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what: str) -> str:
     if what == "an input changed in place":
         return ("work on copies: x = x * mask or x = x.clone() before changing it, not x *= mask, x[...] = 0 or "
@@ -308,32 +314,40 @@ def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what:
             return (f"the values are right but no gradient reaches {name}: something detaches it (.detach(), "
                     f".item(), torch.tensor(...) of computed numbers, numpy, or torch.no_grad()).")
         return f"a term that depends on {name} is wrong although the values agree: check each use of {name}."
+    if not what.startswith("the values") and actual.error is None:
+        return f"return what the stub describes: {_describe(expected.result)}."
     return f"compare your steps with the equation term by term (stuck? exercises.solution({exercise.id!r}))."
 
 
-def _report(exercise: Exercise, case: Case, expected: Outcome, actual: Outcome, what: str, hint: str) -> str:
+def _details(expected: Outcome, actual: Outcome, what: str) -> list[str]:
+    """The lines that show what went wrong: the error and where, the two gradients, or the two results."""
+    if what == "an input changed in place":
+        return []
     if actual.error is not None:
-        problem = "your function raised an error"
-    elif what == "an input changed in place":
+        return [f"  error: {type(actual.error).__name__}: {actual.error}"] + ([f"  at: {actual.where}"] if actual.where
+                                                                            else [])
+    if what.startswith("the gradient"):
+        name = what.rsplit(" ", 1)[-1]
+        yours = actual.grads[name]
+        return [f"  expected gradient: {_fmt(expected.grads[name])}",
+                f"  yours:             {'none (no gradient reaches it)' if yours is None else _fmt(yours)}"]
+    return [f"  expected: {_fmt(expected.result)}", f"  yours:    {_fmt(actual.result)}"]
+
+
+def _report(exercise: Exercise, case: Case, expected: Outcome, actual: Outcome, what: str, hint: str) -> str:
+    if what == "an input changed in place":
         names = ", ".join(f"`{name}`" for name in actual.changed)
         problem = f"your function changed its input {names} in place"
+    elif actual.error is not None:
+        problem = "your function raised an error"
     elif what.startswith(("the values", "the gradient")):
         problem = f"mismatch in {what}"
     else:
         problem = what
-    lines = [f"✗ {exercise.id}: case '{case.name}' failed: {problem}.", "  inputs:"]
+    stop = "" if problem.endswith((".", "?")) else "."
+    lines = [f"✗ {exercise.id}: case '{case.name}' failed: {problem}{stop}", "  inputs:"]
     lines += [f"    {name} = {_fmt(value)}" for name, value in case.inputs.items()]
-    if actual.error is not None:
-        lines.append(f"  error: {type(actual.error).__name__}: {actual.error}")
-        if actual.where:
-            lines.append(f"  at: {actual.where}")
-    elif what.startswith("the gradient"):
-        name = what.rsplit(" ", 1)[-1]
-        yours = actual.grads[name]
-        lines += [f"  expected gradient: {_fmt(expected.grads[name])}",
-                  f"  yours:             {'none (no gradient reaches it)' if yours is None else _fmt(yours)}"]
-    elif what != "an input changed in place":
-        lines += [f"  expected: {_fmt(expected.result)}", f"  yours:    {_fmt(actual.result)}"]
+    lines += _details(expected, actual, what)
     lines.append(f"  hint: {hint}")
     return "\n".join(lines)
 

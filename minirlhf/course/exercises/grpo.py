@@ -122,8 +122,8 @@ GRPO_ADVANTAGES = Exercise(
                 f"TRL adds 1e-4 to the std instead of a threshold. The two agree to 1e-4/std relative on a group "
                 f"with a real spread (0.1% at std 0.1), and differ on near-constant groups: for a std below "
                 f"{CONSTANT_GROUP_STD:g} minirlhf gives exactly 0, TRL's form a small advantage (about "
-                f"(R - mean) / 1e-4). minirlhf keeps the threshold so a group it calls constant is exactly 0, as "
-                f"its constant-group diagnostics count it."),
+                f"(R - mean) / 1e-4). minirlhf keeps a threshold so that a group it counts as constant adds exactly "
+                f"nothing to the gradient."),
     ),
 )
 

@@ -1,0 +1,504 @@
+"""The implement-it checkers cannot be fooled: generated wrong versions of every exercise are refused, and the ones
+students really write get the hint that names their mistake.
+
+For every exercise the worked solution is wrapped into mechanical mutations (an argument dropped or frozen, a
+differentiable input detached, two arguments swapped, inputs shifted by one, the output negated, rescaled,
+reordered, reduced, or returned as None, a list, a number, a wrong shape or dtype, an input changed in place): each
+must be refused. Student-style wrong versions, written here independently of the catalogue, must each be refused
+with their named hint, and correct rewrites (renamed parameters, other formulas, TRL's GRPO advantage) must pass.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from numbers import Number
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from minirlhf import losses
+from minirlhf.course import exercises
+from minirlhf.course.exercises import engine, grpo
+
+IDS = exercises.list_exercises()
+
+
+def _cases(exercise_id: str) -> tuple[engine.Case, ...]:
+    return engine.cases_of(exercises.EXERCISES[exercise_id])
+
+
+def _parameters(exercise_id: str) -> list[str]:
+    return list(_cases(exercise_id)[0].inputs)
+
+
+def _with_args(fn: Callable, change: Callable[[list], None]) -> Callable:
+    def wrapped(*args):
+        args = list(args)
+        change(args)
+        return fn(*args)
+    return wrapped
+
+
+def _on_output(fn: Callable, transform: Callable) -> Callable:
+    """fn with its (first) output transformed."""
+    def wrapped(*args):
+        out = fn(*args)
+        if isinstance(out, tuple):
+            return (transform(out[0]), *out[1:])
+        return transform(out)
+    return wrapped
+
+
+def _refused(exercise_id: str, fn: Callable, capsys) -> str:
+    passed = exercises.check_function(exercise_id, fn)
+    out = capsys.readouterr().out
+    assert passed is False, out
+    assert f"✗ {exercise_id}: case '" in out and "  hint: " in out, out
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Every argument and every differentiable input changes the result of at least one case
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _frozen_versions(exercise_id: str):
+    """(label, wrong version): each argument replaced by a value that ignores what the caller passed."""
+    solution = exercises.EXERCISES[exercise_id].solution_fn
+    for i, name in enumerate(_parameters(exercise_id)):
+        values = [case.inputs[name] for case in _cases(exercise_id)]
+        if isinstance(values[0], torch.Tensor):
+            for fill in (torch.zeros_like, torch.ones_like):
+                ignored = _with_args(solution, lambda a, i=i, f=fill: a.__setitem__(i, f(a[i])))
+                yield f"{name} -> {fill.__name__}", ignored
+        else:
+            for value in sorted(set(values)):
+                yield f"{name} fixed at {value}", _with_args(solution, lambda a, i=i, v=value: a.__setitem__(i, v))
+
+
+FROZEN = [(i, label, fn) for i in IDS for label, fn in _frozen_versions(i)]
+
+
+@pytest.mark.parametrize("exercise_id, label, wrong", FROZEN, ids=[f"{i}: {label}" for i, label, _ in FROZEN])
+def test_an_ignored_or_hard_coded_argument_is_refused(exercise_id, label, wrong, capsys):
+    _refused(exercise_id, wrong, capsys)
+
+
+DIFFERENTIABLE = [(e.id, name) for e in exercises.EXERCISES_LIST for name in e.grad_inputs]
+
+
+@pytest.mark.parametrize("exercise_id, name", DIFFERENTIABLE, ids=[f"{i}: {n}" for i, n in DIFFERENTIABLE])
+def test_a_detached_input_is_refused_on_its_gradient(exercise_id, name, capsys):
+    i = _parameters(exercise_id).index(name)
+    wrong = _with_args(exercises.EXERCISES[exercise_id].solution_fn, lambda a: a.__setitem__(i, a[i].detach()))
+    out = _refused(exercise_id, wrong, capsys)
+    assert f"mismatch in the gradient with respect to {name}" in out
+
+
+def test_every_float_tensor_input_of_a_loss_is_differentiable_or_declared_frozen():
+    """The exercises whose first output is a loss compare the gradient of every input a model produces."""
+    assert exercises.EXERCISES["bradley-terry"].grad_inputs == ("chosen_scores", "rejected_scores")
+    assert exercises.EXERCISES["dpo-loss"].grad_inputs == ("policy_chosen_logps", "policy_rejected_logps")
+    assert exercises.EXERCISES["ppo-clip"].grad_inputs == ("logp",)  # old_logp and Â are data, detached by PPO
+    assert exercises.EXERCISES["k3-estimator"].grad_inputs == ("logp",)  # p_ref is frozen
+
+
+def _swaps(exercise_id: str):
+    names, cases = _parameters(exercise_id), _cases(exercise_id)
+
+    def alike(a, b):
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            return a.shape == b.shape and a.dtype == b.dtype
+        return isinstance(a, Number) and isinstance(b, Number) and type(a) is type(b)
+    for i, j in itertools.combinations(range(len(names)), 2):
+        if all(alike(case.inputs[names[i]], case.inputs[names[j]]) for case in cases):
+            yield f"{names[i]} <-> {names[j]}", i, j
+
+
+SWAPS = [(e, label, i, j) for e in IDS for label, i, j in _swaps(e)]
+
+
+@pytest.mark.parametrize("exercise_id, label, i, j", SWAPS, ids=[f"{e}: {label}" for e, label, _, _ in SWAPS])
+def test_swapped_arguments_are_refused(exercise_id, label, i, j, capsys):
+    def swap(args):
+        args[i], args[j] = args[j], args[i]
+    _refused(exercise_id, _with_args(exercises.EXERCISES[exercise_id].solution_fn, swap), capsys)
+
+
+def test_every_exercise_has_swappable_arguments_checked():
+    assert {e for e, *_ in SWAPS} >= {"ppo-clip", "gae", "k3-estimator", "dpo-loss", "bradley-terry"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Mechanical mutations of the output and the inputs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _shift(x: torch.Tensor) -> torch.Tensor:
+    """The off-by-one reading of a tensor: every entry taken from its right neighbour, the last one 0."""
+    return torch.cat([x[..., 1:], torch.zeros_like(x[..., :1])], -1)
+
+
+def _in_place(i: int) -> Callable:
+    def wrong(fn):
+        def wrapped(*args):
+            out = fn(*args)
+            with torch.no_grad():
+                args[i].add_(1)
+            return out
+        return wrapped
+    return wrong
+
+
+OUTPUT_MUTATIONS = {  # name: (transform of the first output, words the message must contain)
+    "negated": (lambda out: -out, "mismatch"),
+    "doubled": (lambda out: 2 * out, "mismatch"),
+    "off by 0.1%": (lambda out: out * 1.001, "mismatch"),
+    "shifted by 1e-3": (lambda out: out + 1e-3, "mismatch"),
+    "None": (lambda out: None, "None"),
+    "a list": (lambda out: out.tolist(), "not a torch.Tensor"),
+    "an extra dimension": (lambda out: out.unsqueeze(0), "shape"),
+    "float32": (lambda out: out.float(), "dtype torch.float32"),
+    "reduced to its sum": (lambda out: out.sum() if out.dim() else out.sum() * 1.5, ""),
+    "reduced to its mean": (lambda out: out.mean() if out.dim() else out / 2, ""),
+    "reversed": (lambda out: out.flip(-1) if out.dim() else -out, "mismatch"),
+}
+
+
+def _mechanical_versions(exercise_id: str):
+    solution = exercises.EXERCISES[exercise_id].solution_fn
+    for name, (transform, words) in OUTPUT_MUTATIONS.items():
+        yield f"output {name}", _on_output(solution, transform), words
+    for i, name in enumerate(_parameters(exercise_id)):
+        if isinstance(_cases(exercise_id)[0].inputs[name], torch.Tensor):
+            yield f"{name} shifted by one", _with_args(solution, lambda a, i=i: a.__setitem__(i, _shift(a[i]))), ""
+            yield f"{name} changed in place", _in_place(i)(solution), f"changed its input `{name}` in place"
+
+
+MECHANICAL = [(e, label, fn, words) for e in IDS for label, fn, words in _mechanical_versions(e)]
+
+
+@pytest.mark.parametrize("exercise_id, label, wrong, words", MECHANICAL,
+                         ids=[f"{e}: {label}" for e, label, _, _ in MECHANICAL])
+def test_a_mechanical_mutation_is_refused_with_a_message_about_it(exercise_id, label, wrong, words, capsys):
+    out = _refused(exercise_id, wrong, capsys)
+    assert words in out
+
+
+def test_a_number_instead_of_a_tensor_is_named(capsys):
+    as_number = _on_output(exercises.EXERCISES["bradley-terry"].solution_fn, lambda out: out.item())
+    out = _refused("bradley-terry", as_number, capsys)
+    assert "the result is a float, not a torch.Tensor" in out and ".item()" in out
+
+
+def test_a_tuple_where_one_tensor_is_expected_and_a_missing_output_are_named(capsys):
+    k3 = exercises.EXERCISES["k3-estimator"].solution_fn
+    assert "is a tuple of 2, not a torch.Tensor" in _refused("k3-estimator", lambda a, b: (k3(a, b), a), capsys)
+    dpo = exercises.EXERCISES["dpo-loss"].solution_fn
+    assert "returned 2 outputs, expected 3" in _refused("dpo-loss", lambda *a: dpo(*a)[:2], capsys)
+    assert "returned a torch.Tensor, expected a tuple of 3" in _refused("dpo-loss", lambda *a: dpo(*a)[0], capsys)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Wrong versions as students write them get the hint that names the mistake
+# ---------------------------------------------------------------------------------------------------------
+
+
+def ppo_eps_ignored(logp, old_logp, advantages, mask, eps):
+    ratio = torch.exp(logp - old_logp)
+    objective = torch.min(ratio * advantages, torch.clamp(ratio, 0.8, 1.2) * advantages)
+    return -(objective * mask).sum() / mask.sum()
+
+
+def ppo_summed(logp, old_logp, advantages, mask, eps):
+    ratio = torch.exp(logp - old_logp)
+    objective = torch.min(ratio * advantages, torch.clamp(ratio, 1 - eps, 1 + eps) * advantages)
+    return -(objective * mask).sum()
+
+
+def ppo_log_ratio(logp, old_logp, advantages, mask, eps):
+    ratio = logp - old_logp
+    objective = torch.min(ratio * advantages, torch.clamp(ratio, 1 - eps, 1 + eps) * advantages)
+    return -(objective * mask).sum() / mask.sum()
+
+
+def ppo_no_min(logp, old_logp, advantages, mask, eps):
+    ratio = torch.exp(logp - old_logp)
+    return -(torch.clamp(ratio, 1 - eps, 1 + eps) * advantages * mask).sum() / mask.sum()
+
+
+def grpo_exact_zero(rewards, group_size):
+    out = []
+    for group in rewards.split(group_size):
+        std = group.std()
+        out.append(torch.zeros_like(group) if std == 0 else (group - group.mean()) / std)
+    return torch.cat(out)
+
+
+def grpo_interleaved(rewards, group_size):
+    R = rewards.reshape(group_size, -1)  # columns taken for prompts
+    std = R.std(0, keepdim=True)
+    A = torch.where(std < 1e-4, torch.zeros_like(R), (R - R.mean(0, keepdim=True)) / std.clamp_min(1e-4))
+    return A.reshape(-1)
+
+
+def grpo_population(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    std = R.std(1, unbiased=False, keepdim=True)
+    return torch.where(std < 1e-4, 0.0, (R - R.mean(1, keepdim=True)) / std.clamp_min(1e-4)).flatten()
+
+
+def bt_rejected_detached(chosen_scores, rejected_scores):
+    return -F.logsigmoid(chosen_scores - rejected_scores.detach()).mean()
+
+
+def bt_summed(chosen_scores, rejected_scores):
+    return -F.logsigmoid(chosen_scores - rejected_scores).sum()
+
+
+def dpo_ref_sign(pc, pr, rc, rr, beta):
+    pi_logratios = pc - pr
+    ref_logratios = rc - rr
+    logits = pi_logratios + ref_logratios
+    return -F.logsigmoid(beta * logits), (beta * (pc - rc)).detach(), (beta * (pr - rr)).detach()
+
+
+def dpo_beta_outside(pc, pr, rc, rr, beta):
+    logits = (pc - rc) - (pr - rr)
+    return -beta * F.logsigmoid(logits), beta * (pc - rc).detach(), beta * (pr - rr).detach()
+
+
+def dpo_beta_once(pc, pr, rc, rr, beta):
+    chosen, rejected = beta * (pc - rc), pr - rr
+    return -F.logsigmoid(chosen - rejected), chosen.detach(), beta * rejected.detach()
+
+
+def dpo_positive(pc, pr, rc, rr, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return F.logsigmoid(chosen - rejected), chosen.detach(), rejected.detach()
+
+
+def gae_no_mask(rewards, values, mask, gamma, lam):
+    T = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(T)):
+        next_value = values[:, t + 1] if t + 1 < T else torch.zeros_like(last)
+        last = rewards[:, t] + gamma * next_value - values[:, t] + gamma * lam * last
+        advantages[:, t] = last
+    return advantages
+
+
+def gae_next_value_off_by_one(rewards, values, mask, gamma, lam):
+    rewards, values = rewards * mask, values * mask
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        last = (rewards[:, t] + gamma * values[:, t] - values[:, t] + gamma * lam * last) * mask[:, t]
+        advantages[:, t] = last
+    return advantages
+
+
+def gae_lambda_only(rewards, values, mask, gamma, lam):
+    rewards, values = rewards * mask, values * mask
+    T = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    last = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(T)):
+        next_value = values[:, t + 1] if t + 1 < T else 0.0
+        last = (rewards[:, t] + gamma * next_value - values[:, t] + lam * last) * mask[:, t]
+        advantages[:, t] = last
+    return advantages
+
+
+def k3_detached(logp, ref_logp):
+    d = ref_logp - logp.detach()
+    return d.exp() - d - 1
+
+
+def k3_ratio_of_logps(logp, ref_logp):
+    r = ref_logp / logp
+    return r - r.log() - 1
+
+
+def rloo_interleaved(rewards, group_size):
+    R = rewards.reshape(group_size, -1)
+    return (R - (R.sum(0) - R) / (group_size - 1)).reshape(-1)
+
+
+def reinforce_gradient_summed(logits, actions, rewards, baseline):
+    p = torch.softmax(logits, -1)
+    score = F.one_hot(actions, len(logits)).double() - p
+    return ((rewards[actions] - baseline)[:, None] * score).sum(0)
+
+
+STUDENT_MISTAKES = [
+    ("ppo-clip", "ε fixed at 0.2", ppo_eps_ignored),
+    ("ppo-clip", "sum instead of mean", ppo_summed),
+    ("ppo-clip", "log-ratio used as the ratio", ppo_log_ratio),
+    ("ppo-clip", "no min", ppo_no_min),
+    ("grpo-advantages", "constant only when std is exactly 0", grpo_exact_zero),
+    ("grpo-advantages", "groups read interleaved", grpo_interleaved),
+    ("grpo-advantages", "population std", grpo_population),
+    ("bradley-terry", "rejected scores detached", bt_rejected_detached),
+    ("bradley-terry", "sum instead of mean", bt_summed),
+    ("dpo-loss", "reference sign flipped", dpo_ref_sign),
+    ("dpo-loss", "β outside the sigmoid", dpo_beta_outside),
+    ("dpo-loss", "β on the chosen term only", dpo_beta_once),
+    ("dpo-loss", "loss sign flipped", dpo_positive),
+    ("gae", "no mask at all", gae_no_mask),
+    ("gae", "next value off by one", gae_next_value_off_by_one),
+    ("gae", "λ instead of γλ", gae_lambda_only),
+    ("k3-estimator", "detached log-prob", k3_detached),
+    ("k3-estimator", "ratio of log-probs", k3_ratio_of_logps),
+    ("rloo-baseline", "groups read interleaved", rloo_interleaved),
+    ("reinforce-gradient", "sum instead of mean", reinforce_gradient_summed),
+]
+
+
+@pytest.mark.parametrize("exercise_id, name, wrong", STUDENT_MISTAKES,
+                         ids=[f"{e}: {n}" for e, n, _ in STUDENT_MISTAKES])
+def test_a_students_wrong_version_gets_the_hint_that_names_it(exercise_id, name, wrong, capsys):
+    mistake = next(m for m in exercises.EXERCISES[exercise_id].mistakes if m.name == name)
+    assert f"hint: ({name}) {mistake.hint}" in _refused(exercise_id, wrong, capsys)
+
+
+def test_the_issues_three_wrong_versions_are_refused(capsys):
+    """ε ignored, a GRPO group zeroed only at std exactly 0, Bradley–Terry with the rejected scores detached."""
+    for exercise_id, wrong in (("ppo-clip", ppo_eps_ignored), ("grpo-advantages", grpo_exact_zero),
+                               ("bradley-terry", bt_rejected_detached)):
+        _refused(exercise_id, wrong, capsys)
+
+
+def test_every_case_refuses_some_catalogued_mistake_and_sits_above_the_tolerance():
+    for exercise in exercises.EXERCISES_LIST:
+        expected = engine.expected_outcomes(exercise)
+        for i, case in enumerate(engine.cases_of(exercise)):
+            wrong = [engine.run(m.fn, case, exercise) for m in exercise.mistakes]
+            assert any(engine.difference(w, expected[i]) for w in wrong), (exercise.id, case.name)
+            for value in expected[i].values:
+                tiny = (value.abs() > 1e-15) & (value.abs() < 100 * engine.ATOL)  # not float noise, yet near ATOL
+                assert not tiny.any(), (exercise.id, case.name, value)
+
+
+def test_the_grpo_cases_straddle_the_librarys_constant_group_threshold():
+    assert grpo.CONSTANT_GROUP_STD == inspect_default()
+    stds = [case.inputs["rewards"].view(-1, case.inputs["group_size"]).std(1) for case in _cases("grpo-advantages")]
+    stds = torch.cat(stds)
+    assert ((stds > 0) & (stds < grpo.CONSTANT_GROUP_STD)).any()
+    assert ((stds > grpo.CONSTANT_GROUP_STD) & (stds < 10 * grpo.CONSTANT_GROUP_STD)).any()
+
+
+def inspect_default() -> float:
+    import inspect
+    return inspect.signature(losses.grpo_advantages).parameters["eps"].default
+
+
+def test_ppo_cases_clip_at_an_eps_other_than_the_default():
+    clipped_elsewhere = False
+    for case in _cases("ppo-clip"):
+        i = case.inputs
+        ratio, adv, eps = torch.exp(i["logp"] - i["old_logp"]), i["advantages"], i["eps"]
+        active = ((adv > 0) & (ratio > 1 + eps)) | ((adv < 0) & (ratio < 1 - eps))
+        active_at_default = ((adv > 0) & (ratio > 1.2)) | ((adv < 0) & (ratio < 0.8))
+        clipped_elsewhere |= bool((i["mask"].bool() & (active != active_at_default)).any())
+    assert clipped_elsewhere
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Correct versions pass, and failures are easy to read
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_renamed_parameters_pass(capsys):
+    def k3(a, b):
+        return (b - a).exp() - (b - a) - 1
+
+    def gae(r, v, m, g, l):  # noqa: E741 -- a student's names
+        return exercises.EXERCISES["gae"].solution_fn(r, v, m, g, l)
+    assert exercises.check_function("k3-estimator", k3) is True
+    assert exercises.check_function("gae", gae) is True
+
+
+def ppo_with_masked_mean(logp, old_logp, advantages, mask, eps):
+    ratio = (logp - old_logp).exp()
+    return -losses.masked_mean(losses.clipped_surrogate(ratio, advantages, eps), mask)
+
+
+def reinforce_gradient_by_autograd(logits, actions, rewards, baseline):
+    theta = logits.clone().requires_grad_(True)
+    objective = ((rewards[actions] - baseline) * torch.log_softmax(theta, -1)[actions]).mean()
+    return torch.autograd.grad(objective, theta)[0]
+
+
+def bt_with_softplus(chosen_scores, rejected_scores):
+    return F.softplus(rejected_scores - chosen_scores).mean()
+
+
+def k3_with_expm1(logp, ref_logp):
+    d = ref_logp - logp
+    return torch.expm1(d) - d
+
+
+def grpo_vectorised_with_unbiased(rewards, group_size):
+    R = rewards.reshape(-1, group_size)
+    std = R.std(dim=-1, unbiased=True, keepdim=True)
+    A = (R - R.mean(-1, keepdim=True)) / torch.where(std < 1e-4, torch.ones_like(std), std)
+    return torch.where(std < 1e-4, torch.zeros_like(A), A).reshape(-1)
+
+
+CORRECT = [("ppo-clip", ppo_with_masked_mean), ("reinforce-gradient", reinforce_gradient_by_autograd),
+           ("bradley-terry", bt_with_softplus), ("k3-estimator", k3_with_expm1),
+           ("grpo-advantages", grpo_vectorised_with_unbiased)]
+
+
+@pytest.mark.parametrize("exercise_id, fn", CORRECT, ids=[e for e, _ in CORRECT])
+def test_correct_rewrites_pass(exercise_id, fn, capsys):
+    assert exercises.check_function(exercise_id, fn) is True, capsys.readouterr().out
+
+
+def test_trls_grpo_advantage_is_accepted_with_a_note_on_how_it_differs(capsys):
+    def trl(rewards, group_size):
+        grouped = rewards.view(-1, group_size)
+        mean, std = grouped.mean(dim=1), grouped.std(dim=1)
+        mean = mean.repeat_interleave(group_size)
+        std = std.repeat_interleave(group_size)
+        return (rewards - mean) / (std + 1e-4)
+    assert exercises.check_function("grpo-advantages", trl) is True
+    out = capsys.readouterr().out
+    assert "passed 7 cases as TRL's form (R - mean) / (std + 1e-4)" in out and "exactly 0" in out
+
+
+def test_an_error_shows_the_line_of_the_students_code(capsys):
+    def gae(rewards, values, mask, gamma, lam):
+        advantages = torch.zeros_like(rewards)
+        return advantages + rewards.nope  # the failing line
+    line = gae.__code__.co_firstlineno + 2
+    out = _refused("gae", gae, capsys)
+    assert "failed: your function raised an error" in out and "AttributeError" in out
+    assert f"at: line {line} of {__file__}, in gae: return advantages + rewards.nope" in out
+
+
+def test_an_error_inside_torch_points_at_the_students_call(capsys):
+    def k3(logp, ref_logp):
+        return torch.cat([logp, ref_logp], dim=5)
+    line = k3.__code__.co_firstlineno + 1
+    assert f"at: line {line} of {__file__}, in k3: return torch.cat" in _refused("k3-estimator", k3, capsys)
+
+
+def test_an_in_place_change_of_an_input_is_reported_even_when_the_values_are_right(capsys):
+    def gae(rewards, values, mask, gamma, lam):
+        rewards *= mask  # overwrites the caller's rewards
+        values.mul_(mask)
+        return exercises.EXERCISES["gae"].solution_fn(rewards, values, mask, gamma, lam)
+    out = _refused("gae", gae, capsys)
+    assert "changed its input `rewards`, `values` in place" in out and "x = x * mask" in out
+
+
+def test_a_missing_gradient_is_explained(capsys):
+    def bt(chosen_scores, rejected_scores):
+        return torch.tensor(-F.logsigmoid(chosen_scores - rejected_scores).mean().item(), dtype=torch.float64)
+    out = _refused("bradley-terry", bt, capsys)
+    assert "none (no gradient reaches it)" in out and "no gradient reaches chosen_scores" in out
