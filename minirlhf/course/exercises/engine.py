@@ -193,10 +193,15 @@ def _outcomes_of(exercise: Exercise, fn: Callable[..., Any]) -> tuple[Outcome, .
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and bool(torch.allclose(a, b, rtol=RTOL, atol=ATOL, equal_nan=True))
+
+
+def _grads_close(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
+    """No gradient at all counts as a zero gradient (a case where every token is clipped expects zeros)."""
+    if a is None or b is None:
+        return all(g is None or not g.any() for g in (a, b))
+    return _close(a, b)
 
 
 def _kind(value: Any) -> str:
@@ -256,7 +261,7 @@ def difference(actual: Outcome, expected: Outcome) -> str:
         if not _close(a, e):
             return "the values" if len(expected.values) == 1 else f"the values of output {i}"
     for name, grad in expected.grads.items():
-        if not _close(actual.grads[name], grad):
+        if not _grads_close(actual.grads[name], grad):
             return f"the gradient with respect to {name}"
     return ""
 
@@ -269,7 +274,7 @@ def _agrees_with_mistake(actual: Outcome, wrong: Outcome) -> bool:
         return False
     if not all(_close(a, w) for a, w in zip(actual.values, wrong.values)):
         return False
-    return all(_close(actual.grads.get(name), grad) for name, grad in wrong.grads.items())
+    return all(_grads_close(actual.grads.get(name), grad) for name, grad in wrong.grads.items())
 
 
 def _named_hint(exercise: Exercise, student: Sequence[Outcome], failing: int) -> str | None:
@@ -314,7 +319,9 @@ def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what:
             return (f"the values are right but no gradient reaches {name}: something detaches it (.detach(), "
                     f".item(), torch.tensor(...) of computed numbers, numpy, or torch.no_grad()).")
         return f"a term that depends on {name} is wrong although the values agree: check each use of {name}."
-    if not what.startswith("the values") and actual.error is None:
+    if actual.error is not None:
+        return f"read the error and the line it points at (stuck? exercises.solution({exercise.id!r}))."
+    if not what.startswith("the values"):
         return f"return what the stub describes: {_describe(expected.result)}."
     return f"compare your steps with the equation term by term (stuck? exercises.solution({exercise.id!r}))."
 
