@@ -278,11 +278,13 @@ def _agrees_with_mistake(actual: Outcome, wrong: Outcome) -> bool:
 
 
 def _named_hint(exercise: Exercise, student: Sequence[Outcome], failing: int) -> str | None:
-    """The hint of the wrong version that agrees with the student on every case, else on the failing case."""
-    outcomes = {m.name: _outcomes_of(exercise, m.fn) for m in exercise.mistakes}
+    """The hint of the wrong version that agrees with the student on every case, else on the failing case; only a
+    wrong version that shows on the failing case (differs from the reference there) can name the mistake."""
+    expected = expected_outcomes(exercise)[failing]
+    shown = [m for m in exercise.mistakes if not _agrees_with_mistake(expected, _outcomes_of(exercise, m.fn)[failing])]
     for rule in (range(len(student)), (failing,)):
-        for mistake in exercise.mistakes:
-            if all(_agrees_with_mistake(student[i], outcomes[mistake.name][i]) for i in rule):
+        for mistake in shown:
+            if all(_agrees_with_mistake(student[i], _outcomes_of(exercise, mistake.fn)[i]) for i in rule):
                 return f"({mistake.name}) {mistake.hint}"
     return None
 
