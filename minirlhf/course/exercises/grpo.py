@@ -24,7 +24,7 @@ def _grpo_advantages(rewards, group_size):
 
 
 def _grpo_cases():
-    noise, spread = CONSTANT_GROUP_STD, 4 * CONSTANT_GROUP_STD  # one reward off by these: std = 1/2 of it (G = 4)
+    noise, spread = CONSTANT_GROUP_STD, 3 * CONSTANT_GROUP_STD  # one reward off by these: std = 1/2 of it (G = 4)
     return [
         Case("the lecture's group: 2 correct out of 8", dict(rewards=tensor([1, 0, 1, 0, 0, 0, 0, 0]), group_size=8)),
         Case("two groups of 4 with different spreads", dict(rewards=tensor([0.1, 0.9, 0.4, 0.6, 3.0, -2.0, 1.0, 0.0]),
