@@ -10,6 +10,7 @@ with their named hint, and correct rewrites (renamed parameters, other formulas,
 
 from __future__ import annotations
 
+import inspect
 import itertools
 from collections.abc import Callable
 from numbers import Number
@@ -386,16 +387,11 @@ def test_every_case_refuses_some_catalogued_mistake_and_sits_above_the_tolerance
 
 
 def test_the_grpo_cases_straddle_the_librarys_constant_group_threshold():
-    assert grpo.CONSTANT_GROUP_STD == inspect_default()
+    assert grpo.CONSTANT_GROUP_STD == inspect.signature(losses.grpo_advantages).parameters["eps"].default
     stds = [case.inputs["rewards"].view(-1, case.inputs["group_size"]).std(1) for case in _cases("grpo-advantages")]
     stds = torch.cat(stds)
     assert ((stds > 0) & (stds < grpo.CONSTANT_GROUP_STD)).any()
     assert ((stds > grpo.CONSTANT_GROUP_STD) & (stds < 10 * grpo.CONSTANT_GROUP_STD)).any()
-
-
-def inspect_default() -> float:
-    import inspect
-    return inspect.signature(losses.grpo_advantages).parameters["eps"].default
 
 
 def test_ppo_cases_clip_at_an_eps_other_than_the_default():

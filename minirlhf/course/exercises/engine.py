@@ -6,8 +6,8 @@ the reference (the library's own function, never a second copy of the math), the
 and its catalogued wrong versions, each with the hint that names the mistake. Other correct answers the checker
 accepts (a well-known implementation that differs on purpose) are declared as variants, with a note saying how.
 
-On every case the engine checks, in this order: an error (reported with the line of the student's code that raised),
-an input changed in place, the form of the result (None, a list, a number, a wrong shape or dtype), the values, and
+On every case the engine checks, in this order: an input changed in place, an error (reported with the line of the
+student's code that raised), the form of the result (None, a list, a number, a wrong shape or dtype), the values, and
 the gradient with respect to each differentiable input. When a check fails, the hint is the one of the wrong version
 whose outputs agree with the student's on every case (else on the failing one); otherwise a generic hint.
 """
@@ -209,8 +209,8 @@ def _kind(value: Any) -> str:
         return "None"
     if isinstance(value, (tuple, list)):
         return f"a {type(value).__name__} of {len(value)}"
-    return f"a {type(value).__module__.split('.')[0]}.{type(value).__name__}" if type(value).__module__ != "builtins" \
-        else f"a {type(value).__name__}"
+    module = type(value).__module__
+    return f"a {type(value).__name__}" if module == "builtins" else f"a {module.split('.')[0]}.{type(value).__name__}"
 
 
 def _shape(t: torch.Tensor) -> str:
