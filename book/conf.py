@@ -9,9 +9,9 @@ The site reads offline: MathJax and the ipywidgets HTML manager come from _stati
 scripts/vendor_book_assets.py), and no page loads anything from another host (tests/browser/test_book_offline.py).
 """
 
-import tomllib
 from pathlib import Path
 
+import tomllib
 from docutils import nodes
 
 project = "minirlhf"
@@ -29,6 +29,7 @@ myst_enable_extensions = ["dollarmath", "amsmath"]  # the notebooks' $...$ and $
 
 # MathJax 3 with every TeX extension built in (nothing is fetched on demand); it finds its fonts next to itself.
 mathjax_path = "vendor/mathjax/tex-chtml-full.js"
+mathjax_config_path = "mathjax_hub.js"  # MathJax 2's MathJax.Hub.Queue, which the widget manager calls
 
 # The sliders: each explorer is an ipywidgets box whose Output widget holds the initial figure. The executed notebook
 # keeps the widget state in its metadata (nbclient stores it), and on a page that has some, myst-nb adds the scripts
@@ -49,6 +50,8 @@ html_theme_options = {
     "launch_buttons": {"colab_url": "https://colab.research.google.com"},
     "home_page_in_toc": True,
 }
+html_context = {"default_mode": "light"}  # the figures are drawn on white; the reader can switch to dark
+
 
 
 def drop_remote_images(app, doctree: nodes.document) -> None:
