@@ -37,13 +37,12 @@ mathjax_config_path = "mathjax_hub.js"  # MathJax 2's MathJax.Hub.Queue, which t
 # CDN), which draws the boxes from that state: the sliders show their plot as it stood at the end of the run.
 nb_ipywidgets_js = {"vendor/html-manager/embed.js": {}}
 
-REPOSITORY = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]["urls"][
-    "Repository"]
+PYPROJECT = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text(encoding="utf-8"))
 
 html_theme = "sphinx_book_theme"  # Jupyter Book's: a sidebar listing every notebook, previous/next at each page's foot
 html_title = "minirlhf: the course"
 html_theme_options = {
-    "repository_url": REPOSITORY,
+    "repository_url": PYPROJECT["project"]["urls"]["Repository"],  # written once, as the notebooks' badges read it
     "path_to_docs": "notebooks",  # where the pages' notebooks live in the repository, for the Colab button
     "repository_branch": "main",
     "use_repository_button": True,
@@ -51,7 +50,6 @@ html_theme_options = {
     "home_page_in_toc": True,
 }
 html_context = {"default_mode": "light"}  # the figures are drawn on white; the reader can switch to dark
-
 
 
 def drop_remote_images(app, doctree: nodes.document) -> None:
