@@ -1,7 +1,7 @@
 """The rendered course (build/book/) in headless Chromium without a network, opened from file:// as a reader does.
 
 Every request to another host is aborted and counted, and so is every request that fails (a file missing from the
-site); each page must make none. On each notebook's page:
+site) and every uncaught script error; each page must have none. On each notebook's page:
 
 - test_page_reads_offline: every equation is typeset by MathJax (each `.math` element holds an mjx-container, and no
   TeX delimiter is left in the text outside code), every widget the page saved is drawn by the ipywidgets HTML
@@ -37,13 +37,16 @@ RENDER_TIMEOUT_MS = 60_000  # MathJax and the widget manager, on a shared CPU
 
 
 class Offline:
-    """Aborts every request of a browser context that leaves the machine; records those and the failed ones."""
+    """Aborts every request of a page that leaves the machine; records those, the failed ones and the page's uncaught
+    script errors (a widget that throws while it is drawn, say)."""
 
-    def __init__(self, context) -> None:
+    def __init__(self, page) -> None:
         self.blocked: list[str] = []
         self.failed: list[str] = []
-        context.route("**/*", self._route)
-        context.on("requestfailed", lambda request: self.failed.append(f"{request.url} ({request.failure})"))
+        self.errors: list[str] = []
+        page.context.route("**/*", self._route)
+        page.context.on("requestfailed", lambda request: self.failed.append(f"{request.url} ({request.failure})"))
+        page.on("pageerror", lambda error: self.errors.append(str(error)))
 
     def _route(self, route) -> None:
         url = urlparse(route.request.url)
@@ -57,11 +60,12 @@ class Offline:
         assert not self.blocked, f"{page_name} asked another host for {sorted(set(self.blocked))}"
         failed = [entry for entry in self.failed if entry.split(" ")[0] not in self.blocked]
         assert not failed, f"{page_name}: requests failed: {failed}"
+        assert not self.errors, f"{page_name}: uncaught script errors: {self.errors}"
 
 
 @pytest.fixture
 def offline(page) -> Offline:
-    return Offline(page.context)
+    return Offline(page)
 
 
 def saved_widgets(html: str) -> tuple[int, int]:
