@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +16,7 @@ from minirlhf.models import load_model
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXECUTED = ROOT / "build" / "executed"  # what the book renders (tests/test_book.py, `make book`)
+SITE = ROOT / "build" / "book"  # the rendered course, the folder to publish
 WHERE_FROM = "import minirlhf, sys; print('minirlhf:', minirlhf.__file__); print('prefix:', sys.prefix)"
 
 
@@ -78,3 +82,14 @@ def colab_run(tmp_path_factory) -> dict[str, ColabRun]:
         else:
             executed.unlink(missing_ok=True)  # never leave the book a stale copy
     return runs
+
+
+@pytest.fixture(scope="session")
+def book_site(colab_run) -> Path:
+    """build/book/, rendered by Sphinx from the simulated-Colab run's executed copies (the Makefile's `book` recipe);
+    checked by tests/test_book.py and, in Chromium without a network, by tests/browser/test_book_offline.py."""
+    shutil.copy(ROOT / "book" / "index.md", EXECUTED / "index.md")
+    rendered = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", "-c", str(ROOT / "book"),
+                               str(EXECUTED), str(SITE)], cwd=ROOT, capture_output=True, text=True)
+    assert rendered.returncode == 0, f"sphinx failed:\n{rendered.stdout}{rendered.stderr}"
+    return SITE

@@ -2,7 +2,8 @@
 
 The notebooks are not executed here: the site is rendered from the copies that the simulated-Colab run wrote into
 build/executed/ (conftest's `colab_run`, shared with tests/test_colab.py), so a test run executes each notebook once
-for both. The rendering is `make book`'s (Sphinx + myst-nb, book/conf.py), into build/book/, the folder to publish.
+for both. The rendering is `make book`'s (Sphinx + myst-nb, book/conf.py), into build/book/, the folder to publish
+(conftest's `book_site`; tests/browser/test_book_offline.py opens the same pages in Chromium without a network).
 Run alone with `pytest -m slow tests/test_book.py` (it runs the simulated Colab first).
 """
 
@@ -10,9 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
@@ -23,22 +21,11 @@ pytestmark = pytest.mark.slow  # it needs every notebook executed
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXECUTED = ROOT / "build" / "executed"
-SITE = ROOT / "build" / "book"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
-@pytest.fixture(scope="module")
-def site(colab_run) -> Path:
-    """build/book/, rendered by Sphinx from the executed copies (the Makefile's `book` recipe)."""
-    shutil.copy(ROOT / "book" / "index.md", EXECUTED / "index.md")
-    rendered = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", "-c", str(ROOT / "book"),
-                               str(EXECUTED), str(SITE)], cwd=ROOT, capture_output=True, text=True)
-    assert rendered.returncode == 0, f"sphinx failed:\n{rendered.stdout}{rendered.stderr}"
-    return SITE
-
-
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_executed_copy_has_outputs_and_no_errors(notebook, site):
+def test_executed_copy_has_outputs_and_no_errors(notebook, book_site):
     copy = EXECUTED / notebook.name
     assert copy.is_file(), f"{notebook.name} has no executed copy: it failed in the simulated Colab (test_colab.py)"
     code = [cell for cell in nbformat.read(copy, as_version=4).cells if cell.cell_type == "code"]
@@ -49,24 +36,41 @@ def test_executed_copy_has_outputs_and_no_errors(notebook, site):
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_page_shows_figures_and_no_traceback(notebook, site):
-    page = site / f"{notebook.stem}.html"
-    assert page.is_file(), f"{notebook.name} has no page in {site}"
+def test_page_shows_figures_and_no_traceback(notebook, book_site):
+    page = book_site / f"{notebook.stem}.html"
+    assert page.is_file(), f"{notebook.name} has no page in {book_site}"
     html = page.read_text(encoding="utf-8")
     images = re.findall(r'<img [^>]*src="(_images/[^"]+)"', html)
     assert images, f"{page.name} embeds no image"
-    missing = [src for src in images if not (site / src).is_file()]
+    missing = [src for src in images if not (book_site / src).is_file()]
     assert not missing, f"{page.name} points at images that are not in the site: {missing}"
     assert "traceback" not in html.lower(), f"{page.name} shows a traceback"
 
 
-def test_sliders_render_with_their_plot(site):
+def test_pages_load_nothing_from_another_host(book_site):
+    """Every script, stylesheet, image and font a page names is in the site (MathJax and the widget manager from
+    _static/vendor/): the book reads offline. Links to other sites (Colab, the repository) are fine: they are only
+    followed when clicked."""
+    loading_links = {"stylesheet", "preload", "modulepreload", "icon"}
+    for page in sorted(book_site.glob("*.html")):
+        urls = []
+        for tag, attributes in re.findall(r"<(script|img|source|iframe|link)\b([^>]*)>", page.read_text("utf-8")):
+            values = dict(re.findall(r'([\w-]+)="([^"]*)"', attributes))
+            if tag != "link":
+                urls.append(values.get("src", ""))
+            elif loading_links & set(values.get("rel", "").split()):
+                urls.append(values.get("href", ""))
+        remote = [url for url in urls if re.match(r"(?:[a-z]+:)?//", url)]
+        assert not remote, f"{page.name} loads from another host: {remote}"
+
+
+def test_sliders_render_with_their_plot(book_site):
     """A page with an explorer carries the widget state, and the explorer's Output widget holds a PNG figure: the
     state that the ipywidgets HTML manager (loaded by the page) draws as the slider box with its plot. It is the
     state at the end of the run: where a later cell moves a slider from code, the page shows that redrawn plot."""
     pages_with_plots = 0
     for notebook in NOTEBOOKS:
-        html = (site / f"{notebook.stem}.html").read_text(encoding="utf-8")
+        html = (book_site / f"{notebook.stem}.html").read_text(encoding="utf-8")
         match = re.search(rf'<script type="{re.escape(WIDGET_STATE)}">(.*?)</script>', html, re.DOTALL)
         if match is None:
             continue

@@ -2,7 +2,7 @@
 
     from minirlhf.course import notebook
 
-    DEVICE, QUICK = notebook.setup()       # prints: device: cpu | Colab: False | quick mode: False
+    DEVICE, QUICK = notebook.setup()       # prints: device: cpu | quick mode: False
     POLICY = notebook.arithmetic_policy()  # "tiny-sft" once it has been built, else "tiny"
 
 Quick mode (MINIRLHF_QUICK=1, set by the test suite) makes every training cell use a tiny budget.
@@ -11,7 +11,6 @@ Quick mode (MINIRLHF_QUICK=1, set by the test suite) makes every training cell u
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 from IPython import get_ipython
@@ -24,13 +23,15 @@ QUICK_ENV = "MINIRLHF_QUICK"
 def setup() -> tuple[str, bool]:
     """(device, quick): the GPU when there is one, and whether the test suite asked for tiny budgets.
 
-    In a notebook kernel it also switches figures to inline output (`%matplotlib inline`)."""
+    In a notebook kernel it also switches figures to inline output (`%matplotlib inline`). It prints the two and
+    nothing about the runtime: a student knows whether the notebook is open in Colab, and the book renders copies
+    executed in a simulated Colab (tests/_colab.py), where a "Colab: True" would be untrue."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     quick = os.environ.get(QUICK_ENV) == "1"
     shell = get_ipython()
     if shell is not None:
         shell.run_line_magic("matplotlib", "inline")
-    print(f"device: {device} | Colab: {'google.colab' in sys.modules} | quick mode: {quick}")
+    print(f"device: {device} | quick mode: {quick}")
     return device, quick
 
 

@@ -405,6 +405,39 @@ def voila_server(no_leftover_processes, browser_tools, tmp_path_factory) -> Iter
 
 
 # ---------------------------------------------------------------------------------------------------------
+# The rendered book (test_book_offline.py)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def book(request) -> Path:
+    """The rendered course. In CI, build/book/ as tests/conftest.py's `book_site` renders it from the simulated-Colab
+    run; elsewhere the folder MINIRLHF_BOOK_DIR names, or build/book/ as `make book` or an earlier run left it, and
+    the test skips when there is none."""
+    if IN_CI:
+        return request.getfixturevalue("book_site")
+    folder = Path(os.environ.get("MINIRLHF_BOOK_DIR", ROOT / "build" / "book"))
+    if not (folder / "index.html").is_file():
+        pytest.skip(f"no book in {folder}: build it with `make book` (in CI the tests render it)")
+    return folder
+
+
+@pytest.fixture
+def book_page(book):
+    """notebook path -> its page in the book; a missing page skips the test (a book built from some of the
+    notebooks), and fails it in CI."""
+    def page_of(notebook: Path) -> Path:
+        page = book / f"{notebook.stem}.html"
+        if not page.is_file():
+            message = f"{notebook.name} has no page in {book}"
+            if IN_CI:
+                pytest.fail(message, pytrace=False)
+            pytest.skip(message + " (a book built from some of the notebooks)")
+        return page
+    return page_of
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Browser and pages
 # ---------------------------------------------------------------------------------------------------------
 
