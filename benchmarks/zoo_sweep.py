@@ -1,4 +1,4 @@
-"""The hyperparameter sweep behind notebook 05's zoo section: SimPO (β, γ), ORPO (λ) and KTO (β) at the section's
+"""The hyperparameter sweep behind notebook 05b's zoo section: SimPO (β, γ), ORPO (λ) and KTO (β) at the section's
 budget, on the shipped sentiment pairs. Prints one line per run: held-out VADER sentiment, KL(p_θ || p_ref) and
 response length of the sampled continuations, and held-out implicit-reward accuracy; writes them all to
 zoo_sweep.json in --out (default benchmarks/results).
@@ -18,7 +18,7 @@ from pathlib import Path
 from minirlhf.data import load_preference_pairs, preference_data
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 
-# The notebook's full-mode budget (notebooks/05_dpo.ipynb, "The rest of the zoo").
+# The notebook's full-mode budget (notebooks/05b_dpo_family.ipynb, "The zoo").
 BUDGET = dict(model="tiny", steps=40, batch_size=16, lr=5e-4, eval_every=40, eval_prompts=50, eval_samples=2,
               progress=False)
 CANDIDATES = [

@@ -620,8 +620,9 @@ def simpo_loss(
         r(x, y) = (β / |y|) log p_θ(y|x)                  the average token log-prob, scaled by β
         L = -log σ( r(x, y_w) - r(x, y_l) - γ )           γ ≥ 0: the target reward margin
 
-    Without p_ref nothing ties p_θ to its start but the data; averaging instead of summing stops a long y_w from
-    winning by length alone. Arguments are (B,) summed log-probs and token counts |y_w|, |y_l|. Returns per-pair
+    Without p_ref nothing ties p_θ to its start but the data. A summed log-prob penalises length (every token adds a
+    negative term, so a longer y scores lower at the same per-token likelihood); the average takes length out of the
+    reward. Arguments are (B,) summed log-probs and token counts |y_w|, |y_l|. Returns per-pair
     losses (B,) and the rewards r(x, y_w), r(x, y_l), both (B,) and detached. TRL's CPOTrainer with
     loss_type="simpo" and cpo_alpha=0 writes the same loss as -log σ(β (Δ - γ/β)), Δ the difference of averages.
     """

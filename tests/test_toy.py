@@ -210,12 +210,12 @@ def test_grad_wrt_logp_matches_analytic_gradients():
 
 
 @pytest.mark.parametrize("beta", [0.1, 0.5, 2.0])
-def test_in_loss_k3_gradient_is_reverse_kl_gradient(beta):
+def test_in_loss_k3_gradient_is_forward_kl_gradient(beta):
     logits = toy.optimal_policy(P_REF, REWARDS, beta).log()
     g = toy.kl_gradients(logits, P_REF)
-    torch.testing.assert_close(g.in_loss_k3, g.reverse)
+    torch.testing.assert_close(g.in_loss_k3, g.forward_kl)
     torch.testing.assert_close(g.in_loss_k1, torch.zeros_like(g.in_loss_k1), atol=1e-12, rtol=0)
-    assert (g.in_loss_k3 - g.forward).abs().max() > 1e-3  # away from p_ref the two KLs pull differently
+    assert (g.in_loss_k3 - g.reverse_kl).abs().max() > 1e-3  # away from p_ref the two KLs pull differently
     # by hand: Σ_y p_θ(y) (1 - p_ref(y)/p_θ(y)) ∇log p_θ(y) with ∇_θ log p_θ(y) = e_y - p_θ
     p = torch.softmax(logits, -1)
     score = torch.eye(len(p), dtype=p.dtype) - p
@@ -224,7 +224,7 @@ def test_in_loss_k3_gradient_is_reverse_kl_gradient(beta):
 
 def test_kl_gradients_vanish_at_reference():
     g = toy.kl_gradients(P_REF.log(), P_REF)
-    for grad in (g.in_loss_k3, g.forward, g.reverse):
+    for grad in (g.in_loss_k3, g.reverse_kl, g.forward_kl):
         torch.testing.assert_close(grad, torch.zeros_like(grad), atol=1e-12, rtol=0)
 
 
@@ -249,3 +249,48 @@ def test_k3_penalty_optimum_keeps_zero_support_and_rejects_bad_beta():
     assert q[0] == 0 and q[2] > q[1]
     with pytest.raises(ValueError, match="beta"):
         toy.k3_penalty_optimum(P_REF, REWARDS, 0.0)
+
+
+# ----------------------------------------------------------------------------- GRPO's exact expected gradient
+
+
+def test_expected_grpo_gradient_matches_brute_force_and_monte_carlo():
+    logits = toy.optimal_policy(P_REF, REWARDS, 0.7).log()
+    g = toy.expected_grpo_gradient(logits, P_REF, REWARDS, group_size=2, beta=0.3)
+    # brute force for G = 2: 25 groups, by hand, with the sample std of two rewards |R_1 - R_2| / √2
+    p = torch.softmax(logits, -1)
+    score = torch.eye(len(p), dtype=p.dtype) - p  # row y: ∇_θ log p_θ(y)
+    by_hand = torch.zeros_like(p)
+    for a in range(len(p)):
+        for b in range(len(p)):
+            pair = REWARDS[[a, b]]
+            std = (pair[0] - pair[1]).abs() / 2**0.5
+            adv = torch.zeros(2, dtype=p.dtype) if std < 1e-4 else (pair - pair.mean()) / std
+            pull = [(1 - P_REF[y] / p[y]) for y in (a, b)]  # d k3 / d log p_θ
+            by_hand += p[a] * p[b] * sum((adv[k] - 0.3 * pull[k]) * score[y] for k, y in enumerate((a, b))) / 2
+    torch.testing.assert_close(g, by_hand)
+    # and the mean of many sampled groups agrees with it
+    gen = torch.Generator().manual_seed(0)
+    groups = torch.multinomial(p, 200_000 * 2, replacement=True, generator=gen).view(-1, 2)
+    adv = losses.grpo_advantages(REWARDS[groups].reshape(-1), 2).view_as(groups)
+    pull = 1 - P_REF[groups] / p[groups]
+    sampled = (((adv - 0.3 * pull)[..., None] * score[groups]).mean(1)).mean(0)
+    assert (sampled - g).abs().max() < 0.01
+
+
+def test_grpo_fixed_point_numbers_of_notebook_04():
+    group = toy.grpo_fixed_point(P_REF, REWARDS, group_size=4, beta=0.5, scale="group")
+    unscaled = toy.grpo_fixed_point(P_REF, REWARDS, group_size=4, beta=0.5, scale="none")
+    formula = toy.k3_penalty_optimum(P_REF, REWARDS, 0.5)
+    for p in (group, unscaled):
+        grad = toy.expected_grpo_gradient(p.log(), P_REF, REWARDS, 4, 0.5, scale="group" if p is group else "none")
+        assert grad.norm() < 1e-10
+    assert float(group[0]) == pytest.approx(0.679, abs=5e-4) and float(formula[0]) == pytest.approx(0.516, abs=5e-4)
+    # R_i - mean = (G-1)/G (R_i - mean_-i): without the std, the fixed point is the formula at β G/(G-1)
+    torch.testing.assert_close(unscaled, toy.k3_penalty_optimum(P_REF, REWARDS, 0.5 * 4 / 3), atol=1e-8, rtol=0)
+    assert (unscaled - formula).abs().max() > 0.05
+
+
+def test_expected_grpo_gradient_refuses_batch_scale():
+    with pytest.raises(ValueError, match="scale"):
+        toy.expected_grpo_gradient(P_REF.log(), P_REF, REWARDS, 2, 0.1, scale="batch")

@@ -238,7 +238,7 @@ def test_plot_kl_gradients_bars_are_the_exact_gradients():
     fig = viz.plot_kl_gradients(logits, p_ref, labels, "k3")
     grads = toy.kl_gradients(logits, p_ref)
     ax_grad, ax_p = fig.axes
-    for index, grad in enumerate((grads.forward, grads.in_loss_k3, grads.reverse)):
+    for index, grad in enumerate((grads.reverse_kl, grads.in_loss_k3, grads.forward_kl)):
         np.testing.assert_allclose(bar_heights(ax_grad, index), grad.numpy())
     np.testing.assert_allclose(bar_heights(ax_p, 1), torch.softmax(logits, -1).numpy())
     assert all(ax.get_ylabel() and ax.get_xlabel() for ax in fig.axes)

@@ -13,6 +13,7 @@ its sample-based estimate. Notation follows the lecture: p_θ (policy), p_ref (r
 - Token-level gradients         grad_wrt_logp: d loss / d log p of each token, for any loss
 - GRPO group baseline           how noisy the mean of G binary rewards is
 - GAE                           a fixed toy trajectory for the γ/λ explorer
+- GRPO's fixed point            the exact expected GRPO gradient over all K^G groups, and where it vanishes
 """
 
 from __future__ import annotations
@@ -351,24 +352,27 @@ def toy_gae(gamma: float, lam: float,
 class KLGradients:
     """Exact gradients with respect to the logits θ of a softmax policy p_θ = softmax(θ), each (K,).
 
+    Names follow the usual convention: KL(p_θ ‖ p_ref), the model first, is the *reverse* (mode-seeking) KL;
+    KL(p_ref ‖ p_θ) is the *forward* (mass-covering) KL.
+
     in_loss_k3  E_{y~p_θ}[∇_θ k3(y)]: what β k3 inside a loss (GRPO) pushes with, on average, because the
                 samples y are drawn before the gradient is taken and do not depend on θ
     in_loss_k1  E_{y~p_θ}[∇_θ k1(y)] = E_{y~p_θ}[∇_θ log p_θ(y)] = 0: k1 inside a loss pushes nowhere
-    forward     ∇_θ KL(p_θ ‖ p_ref), the KL that the k3 *value* estimates
-    reverse     ∇_θ KL(p_ref ‖ p_θ), which in_loss_k3 equals
+    reverse_kl  ∇_θ KL(p_θ ‖ p_ref), the KL of the objective, which the k3 *value* estimates
+    forward_kl  ∇_θ KL(p_ref ‖ p_θ), which in_loss_k3 equals
     """
 
     in_loss_k3: torch.Tensor
     in_loss_k1: torch.Tensor
-    forward: torch.Tensor
-    reverse: torch.Tensor
+    reverse_kl: torch.Tensor
+    forward_kl: torch.Tensor
 
 
 def kl_gradients(logits: Sequence[float] | torch.Tensor, p_ref: Sequence[float] | torch.Tensor) -> KLGradients:
-    """The three gradients of KLGradients, by autograd through exact K-term sums (no sampling).
+    """The gradients of KLGradients, by autograd through exact K-term sums (no sampling).
 
     With d = log p_ref(y) - log p_θ(y):  ∇k3 = (e^d - 1) ∇d = (1 - p_ref/p_θ) ∇log p_θ, so
-    E_{p_θ}[∇k3] = Σ_y p_θ ∇log p_θ - Σ_y p_ref ∇log p_θ = 0 - Σ_y p_ref ∇log p_θ = ∇KL(p_ref ‖ p_θ).
+    E_{p_θ}[∇k3] = Σ_y p_θ ∇log p_θ - Σ_y p_ref ∇log p_θ = 0 - Σ_y p_ref ∇log p_θ = ∇KL(p_ref ‖ p_θ) (forward KL).
     """
     theta = as_tensor(logits).clone().requires_grad_(True)
     ref_logp = as_tensor(p_ref).log()
@@ -382,14 +386,15 @@ def kl_gradients(logits: Sequence[float] | torch.Tensor, p_ref: Sequence[float] 
     return KLGradients(
         in_loss_k3=grad((sampling_weights * losses.kl_k3(logp, ref_logp)).sum()),
         in_loss_k1=grad((sampling_weights * losses.kl_k1(logp, ref_logp)).sum()),
-        forward=grad(exact_kl(logp.exp(), ref_logp.exp())),
-        reverse=grad(exact_kl(ref_logp.exp(), logp.exp())),
+        reverse_kl=grad(exact_kl(logp.exp(), ref_logp.exp())),
+        forward_kl=grad(exact_kl(ref_logp.exp(), logp.exp())),
     )
 
 
 def k3_penalty_optimum(p_ref: Sequence[float] | torch.Tensor, rewards: Sequence[float] | torch.Tensor,
                        beta: float, iterations: int = 200) -> torch.Tensor:
-    """The maximiser of E_p[R] - β KL(p_ref ‖ p): where the gradient of an in-loss k3 penalty leads.
+    """The maximiser of E_p[R] - β KL(p_ref ‖ p) (forward KL): where the gradient of an in-loss k3 penalty leads
+    when the policy-gradient term is unbiased and unscaled (see grpo_fixed_point for what GRPO's baseline changes).
 
     Lagrangian with Σ p = 1:  R(y) + β p_ref(y)/p(y) = λ  =>  p(y) = β p_ref(y) / (λ - R(y)),  λ > max R,
     and Σ_y p(y) falls from ∞ to 0 as λ grows past max R, so bisection finds the one λ with Σ p = 1.
@@ -409,3 +414,48 @@ def k3_penalty_optimum(p_ref: Sequence[float] | torch.Tensor, rewards: Sequence[
             high = lam
     p = beta * p_ref / (high - rewards)
     return p / p.sum()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The exact expected GRPO gradient: every possible group, weighted by its probability
+# ---------------------------------------------------------------------------------------------------------
+
+
+def expected_grpo_gradient(logits: Sequence[float] | torch.Tensor, p_ref: Sequence[float] | torch.Tensor,
+                           rewards: Sequence[float] | torch.Tensor, group_size: int, beta: float,
+                           scale: str = "group") -> torch.Tensor:
+    """E over groups y_1 … y_G ~ p_θ (i.i.d.) of GRPO's gradient ∇_θ J at θ = θ_old, exactly: a (K,) tensor.
+
+        J = (1/G) Σ_i [ Â_i log p_θ(y_i) - β k3(y_i) ],   Â = losses.grpo_advantages(R(y_1 … y_G), G, scale)
+
+    For one-token answers at θ = θ_old the clipped surrogate's gradient is Â_i ∇log p_θ(y_i) (every ratio is 1),
+    so this is what one GRPO step pushes with on average. The expectation is a sum over all K^G groups, each
+    weighted by Π_i p_θ(y_i): no sampling. scale="batch" is refused (its std would run over all K^G groups).
+    """
+    if scale not in ("group", "none"):
+        raise ValueError(f"scale must be 'group' or 'none' for an exact expectation over one group, got {scale!r}")
+    theta = as_tensor(logits).clone().requires_grad_(True)
+    ref_logp, rewards = as_tensor(p_ref).log(), as_tensor(rewards)
+    groups = torch.cartesian_prod(*[torch.arange(len(rewards))] * group_size).view(-1, group_size)  # (K^G, G)
+    logp = torch.log_softmax(theta, -1)
+    group_prob = logp.detach().exp()[groups].prod(1)  # (K^G,) probability of drawing this group
+    advantages = losses.grpo_advantages(rewards[groups].reshape(-1), group_size, scale=scale).view_as(groups)
+    objective = (advantages * logp[groups] - beta * losses.kl_k3(logp[groups], ref_logp[groups])).mean(1)
+    (grad,) = torch.autograd.grad((group_prob * objective).sum(), theta)
+    return grad
+
+
+def grpo_fixed_point(p_ref: Sequence[float] | torch.Tensor, rewards: Sequence[float] | torch.Tensor,
+                     group_size: int, beta: float, scale: str = "group", lr: float = 2.0,
+                     max_steps: int = 5000, tol: float = 1e-12) -> torch.Tensor:
+    """The policy where GRPO's expected gradient (expected_grpo_gradient) is zero, found by exact gradient ascent
+    from p_ref: where GRPO settles on average. With scale="none", Â_i = R_i - mean = (G-1)/G (R_i - mean_{-i}), so the
+    fixed point is k3_penalty_optimum at β G/(G-1); with scale="group" the std couples the groups and it is not.
+    """
+    theta = as_tensor(p_ref).log().clone()
+    for _ in range(max_steps):
+        grad = expected_grpo_gradient(theta, p_ref, rewards, group_size, beta, scale)
+        if grad.norm() < tol:
+            return torch.softmax(theta, -1)
+        theta = theta + lr * grad
+    raise RuntimeError(f"no fixed point within {max_steps} steps (last |gradient| {grad.norm():.1e}); try a smaller lr")

@@ -132,8 +132,8 @@ def plot_kl_gradients(logits: Sequence[float] | torch.Tensor, p_ref: Sequence[fl
     fig, axes = new_figure(ncols=2)
     ax_grad, ax_p = axes[0]
     x = np.arange(len(labels))
-    bars = (("∇KL(p_θ ‖ p_ref)", grads.forward, "C0"), ("E[∇k3], k3 in the loss", grads.in_loss_k3, "C1"),
-            ("∇KL(p_ref ‖ p_θ)", grads.reverse, "C2"))
+    bars = (("∇KL(p_θ ‖ p_ref), reverse", grads.reverse_kl, "C0"), ("E[∇k3], k3 in the loss", grads.in_loss_k3, "C1"),
+            ("∇KL(p_ref ‖ p_θ), forward", grads.forward_kl, "C2"))
     for i, (label, grad, color) in enumerate(bars):
         ax_grad.bar(x + (i - 1) * 0.27, grad.numpy(), width=0.27, color=color, label=label)
     ax_grad.axhline(0, color="black", lw=0.6)

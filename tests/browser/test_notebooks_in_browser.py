@@ -72,8 +72,8 @@ EXPLORER_CASES = [
     ExplorerCase("03-ppo-clip-eps", "03_ppo.ipynb", "flat outside", (Move("ε", "ε = {:.2f}"),)),
     ExplorerCase("03-ppo-gae-gamma-lambda", "03_ppo.ipynb", "Â_t = [",
                  (Move("γ", "γ = {:.2f}", key="ArrowLeft"), Move("λ", "λ = {:.2f}"))),
-    ExplorerCase("04-grpo-group-size", "04_grpo.ipynb", "baseline std", (Move("G", "G = {:.0f}"),)),
-    ExplorerCase("05-dpo-beta", "05_dpo.ipynb", "gradient weight", (Move("β", "β = {:.2f}"),)),
+    ExplorerCase("04-grpo-group-size", "04a_grpo.ipynb", "baseline std", (Move("G", "G = {:.0f}"),)),
+    ExplorerCase("05-dpo-beta", "05a_dpo.ipynb", "gradient weight", (Move("β", "β = {:.2f}"),)),
 ]
 VOILA_CASE = EXPLORER_CASES[0]  # the cheapest notebook to render: no training
 
@@ -332,7 +332,7 @@ def test_voila_slider_redraws(voila_server, page):
 # Implement-it exercises
 # ---------------------------------------------------------------------------------------------------------
 
-EXERCISE_NOTEBOOK = "04_grpo.ipynb"
+EXERCISE_NOTEBOOK = "04a_grpo.ipynb"
 EXERCISE_ID = "k3-estimator"
 # The classic mistake to type first: k1 in place of k3, which the checker recognises by name.
 WRONG_K3 = "import torch\n\n\ndef k3_estimate(logp, ref_logp):\n    return logp - ref_logp\n"
