@@ -616,11 +616,11 @@ def dpo_loss(
     check_dpo_options(beta, loss_type, label_smoothing, ipo_normalisation, rpo_alpha)
     chosen_logratio = policy_chosen_logps - ref_chosen_logps  # log p_θ(y_w)/p_ref(y_w)
     rejected_logratio = policy_rejected_logps - ref_rejected_logps  # log p_θ(y_l)/p_ref(y_l)
+    _check_token_counts(policy_chosen_logps, chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     if rpo_alpha > 0:
-        _require_lengths("rpo_alpha > 0", policy_chosen_logps, chosen_lengths=chosen_lengths)
+        _require("rpo_alpha > 0", chosen_lengths=chosen_lengths)
     if ipo_normalisation == "mean":
-        _require_lengths("ipo_normalisation='mean'", policy_chosen_logps, chosen_lengths=chosen_lengths,
-                         rejected_lengths=rejected_lengths)
+        _require("ipo_normalisation='mean'", chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
         h = chosen_logratio / chosen_lengths - rejected_logratio / rejected_lengths  # per-token log-ratios
     else:
         h = chosen_logratio - rejected_logratio  # (B,)
@@ -817,14 +817,20 @@ def kto_loss(
 #   RPO (Pang et al., 2024)       dpo_loss(rpo_alpha=α): DPO + α · NLL of the chosen answers
 
 
-def _require_lengths(option: str, like: Tensor, **lengths: Tensor | None) -> None:
-    """Token counts that ``option`` needs: given, shaped like ``like`` (B,), finite and >= 1 each."""
+def _check_token_counts(like: Tensor, **lengths: Tensor | None) -> None:
+    """The token counts that were given (None = not given): shaped like ``like`` (B,), finite and >= 1 each."""
+    given = {name: count for name, count in lengths.items() if count is not None}
+    for name, count in given.items():
+        _check_same_shape(policy_chosen_logps=like, **{name: count})
+        _check_real_tokens(None, **{name: count.double()})
+    _check_lengths(**given)
+
+
+def _require(option: str, **lengths: Tensor | None) -> None:
+    """Raise a ValueError naming the token counts that ``option`` needs and that were not given."""
     for name, count in lengths.items():
         if count is None:
             raise ValueError(f"{option} needs {name}, the (B,) token counts of the answers")
-        _check_same_shape(policy_chosen_logps=like, **{name: count})
-        _check_real_tokens(None, **{name: count.double()})
-    _check_lengths(**lengths)
 
 
 def sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:

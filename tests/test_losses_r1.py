@@ -472,6 +472,10 @@ L2 = torch.tensor([1, 2])
          "ipo_normalisation.*sum, mean"),
         (lambda: dpo_loss(_nan(2), _t(2), _t(2), _t(2), 0.1, rpo_alpha=0.5, chosen_lengths=L2),
          "policy_chosen_logps"),
+        (lambda: dpo_loss(_t(2), _t(2), _t(2), _t(2), 0.1, chosen_lengths=torch.tensor([1.0, float("nan")])),
+         "chosen_lengths"),  # counts that were given are checked even when nothing uses them
+        (lambda: dpo_loss(_t(2), _t(2), _t(2), _t(2), 0.1, rejected_lengths=torch.tensor([1, 2, 3])),
+         r"rejected_lengths \(3,\)"),
     ],
 )
 def test_bad_input_names_the_argument(call, match):
