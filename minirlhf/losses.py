@@ -396,7 +396,9 @@ def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps: float, eps_high: f
     return torch.minimum(unclipped, clipped)
 
 
-def _clip_fractions(ratio: Tensor, advantages: Tensor, eps: float, eps_high: float | None, mask: Tensor) -> dict:
+def _clip_fractions(
+    ratio: Tensor, advantages: Tensor, eps: float, eps_high: float | None, mask: Tensor
+) -> dict[str, float]:
     """Fractions of the real entries where the clip is active, TRL's ``clip_ratio/low_mean``, ``high_mean`` and
     ``region_mean``: low = Â < 0 and r < 1 - ε_low, high = Â > 0 and r > 1 + ε_high, clip_frac = either."""
     eps_high = eps if eps_high is None else eps_high
@@ -414,7 +416,7 @@ def ppo_clip_loss(
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped policy loss, averaged over all real tokens of the batch:
 
-        L(θ) = -E_t[ min( r_t(θ) Â_t, clip(r_t(θ), 1 - ε, 1 + ε) Â_t ) ],
+        L(θ) = -E_t[ min( r_t(θ) Â_t, clip(r_t(θ), 1 - ε, 1 + ε_high) Â_t ) ],
         r_t(θ) = p_θ(y_t|x, y_<t) / p_θold(y_t|x, y_<t) = exp(logp - old_logp)
 
     ``advantages`` is (B, T) or (B,). ``eps_high`` sets 1 + ε_high as the upper edge (clip-higher,
