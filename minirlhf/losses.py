@@ -51,6 +51,8 @@ from torch import Tensor
 AGGREGATIONS = ("seq-sum", "seq-mean", "token-mean", "constant")
 GRPO_SCALES = ("group", "batch", "none")
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+IPO_NORMALISATIONS = ("sum", "mean")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -140,13 +142,20 @@ def check_ema_decay(decay: float) -> None:
         raise ValueError(f"ema_decay must be in [0, 1), got {decay}")
 
 
-def check_dpo_options(beta: float, loss_type: str, label_smoothing: float) -> None:
-    """β > 0, a known loss type, and label smoothing ls in [0, 0.5] for the sigmoid (DPO) loss only."""
+def check_dpo_options(
+    beta: float, loss_type: str, label_smoothing: float, ipo_normalisation: str = "sum", rpo_alpha: float = 0.0
+) -> None:
+    """β > 0, a known loss type, label smoothing ls in [0, 0.5] for the sigmoid (DPO) loss only, a known IPO
+    normalisation ("mean" for loss_type="ipo" only) and an NLL weight α >= 0."""
     _check_positive("beta", beta)
     _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
     _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
     if label_smoothing and loss_type != "sigmoid":
         raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
+    _check_choice("ipo_normalisation", ipo_normalisation, IPO_NORMALISATIONS)
+    if ipo_normalisation != "sum" and loss_type != "ipo":
+        raise ValueError(f"ipo_normalisation only applies to loss_type='ipo', got {loss_type!r}")
+    _check_positive("rpo_alpha", rpo_alpha, allow_zero=True)
 
 
 def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -369,46 +378,62 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> float:
     return (1 - var_residual / var_returns.clamp_min(1e-8)).item()
 
 
-def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps: float) -> Tensor:
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps: float, eps_high: float | None = None) -> Tensor:
     """PPO's clipped objective, elementwise, to MAXIMISE (broadcasts like ``ratio * advantages``):
 
-        min( r_t(θ) Â_t,  clip(r_t(θ), 1 - ε, 1 + ε) Â_t )
+        min( r_t(θ) Â_t,  clip(r_t(θ), 1 - ε_low, 1 + ε_high) Â_t ),    ε_low = ``eps``
 
-    Where the clipped term is the smaller one the result is constant in r, so its gradient is 0.
+    ``eps_high`` = None means ε_high = ε_low, PPO's symmetric clip; DAPO's clip-higher takes ε_high > ε_low
+    (0.28 against 0.2), so a token with Â > 0 can gain more before its gradient stops: unlikely tokens can
+    grow, and entropy does not collapse as fast. Where the clipped term is the smaller one the result is constant
+    in r, so its gradient is 0. At r exactly on an edge both terms are equal and the gradient is Â, unclipped.
     """
+    eps_high = eps if eps_high is None else eps_high
     _check_positive("eps", eps)
+    _check_positive("eps_high", eps_high)
     unclipped = ratio * advantages
-    clipped = torch.clamp(ratio, 1 - eps, 1 + eps) * advantages
+    clipped = torch.clamp(ratio, 1 - eps, 1 + eps_high) * advantages
     return torch.minimum(unclipped, clipped)
 
 
-def _clipped_fraction(ratio: Tensor, advantages: Tensor, eps: float, mask: Tensor) -> float:
-    """Fraction of real tokens where clipping is active: Â > 0 and r > 1 + ε, or Â < 0 and r < 1 - ε."""
-    active = ((advantages > 0) & (ratio > 1 + eps)) | ((advantages < 0) & (ratio < 1 - eps))
-    return masked_mean(active.float(), mask).item()
+def _clip_fractions(
+    ratio: Tensor, advantages: Tensor, eps: float, eps_high: float | None, mask: Tensor
+) -> dict[str, float]:
+    """Fractions of the real entries where the clip is active, TRL's ``clip_ratio/low_mean``, ``high_mean`` and
+    ``region_mean``: low = Â < 0 and r < 1 - ε_low, high = Â > 0 and r > 1 + ε_high, clip_frac = either."""
+    eps_high = eps if eps_high is None else eps_high
+    low = (advantages < 0) & (ratio < 1 - eps)
+    high = (advantages > 0) & (ratio > 1 + eps_high)
+    return {
+        "clip_frac": masked_mean((low | high).float(), mask).item(),
+        "clip_frac_low": masked_mean(low.float(), mask).item(),
+        "clip_frac_high": masked_mean(high.float(), mask).item(),
+    }
 
 
 def ppo_clip_loss(
-    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float, eps_high: float | None = None
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped policy loss, averaged over all real tokens of the batch:
 
-        L(θ) = -E_t[ min( r_t(θ) Â_t, clip(r_t(θ), 1 - ε, 1 + ε) Â_t ) ],
+        L(θ) = -E_t[ min( r_t(θ) Â_t, clip(r_t(θ), 1 - ε, 1 + ε_high) Â_t ) ],
         r_t(θ) = p_θ(y_t|x, y_<t) / p_θold(y_t|x, y_<t) = exp(logp - old_logp)
 
-    ``advantages`` is (B, T) or (B,). stats: ``clip_frac`` (fraction of real tokens whose gradient
-    is zeroed by the clip), ``approx_kl`` (k3 estimate of KL(p_θold || p_θ), samples came from
-    p_θold), ``ratio_mean``.
+    ``advantages`` is (B, T) or (B,). ``eps_high`` sets 1 + ε_high as the upper edge (clip-higher,
+    see ``clipped_surrogate``); None keeps the symmetric clip. stats: ``clip_frac`` (fraction of real
+    tokens whose gradient is zeroed by the clip) split into ``clip_frac_low`` (Â < 0, r < 1 - ε) and
+    ``clip_frac_high`` (Â > 0, r > 1 + ε_high), ``approx_kl`` (k3 estimate of KL(p_θold || p_θ),
+    samples came from p_θold), ``ratio_mean``.
     """
     _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
     advantages = _per_token_advantages(advantages, mask)  # (B, T)
     _check_real_tokens(mask, logp=logp, old_logp=old_logp, advantages=advantages)
     logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
     ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
-    loss = -masked_mean(clipped_surrogate(ratio, advantages, eps), mask)
+    loss = -masked_mean(clipped_surrogate(ratio, advantages, eps, eps_high), mask)
     with torch.no_grad():
         stats = {
-            "clip_frac": _clipped_fraction(ratio, advantages, eps, mask),
+            **_clip_fractions(ratio, advantages, eps, eps_high, mask),
             "approx_kl": masked_mean(kl_k3(old_logp, logp), mask).item(),
             "ratio_mean": masked_mean(ratio, mask).item(),
         }
@@ -478,11 +503,18 @@ def grpo_loss(
     eps: float,
     beta: float,
     aggregation: str = "seq-mean",
+    *,
+    eps_high: float | None = None,
+    importance_sampling_level: str = "token",
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO loss: PPO's clipped objective with one advantage per sequence and a k3 KL penalty.
 
-        J_t = min( r_t Â_i, clip(r_t, 1 - ε, 1 + ε) Â_i ) - β · k3_t,
+        J_t = min( r_t Â_i, clip(r_t, 1 - ε, 1 + ε_high) Â_i ) - β · k3_t,
         k3_t = p_ref/p_θ - log(p_ref/p_θ) - 1,     L = -aggregate(J)
+
+    ``eps_high`` = None means ε_high = ε (GRPO); DAPO's clip-higher sets it larger (see ``clipped_surrogate``).
+    ``importance_sampling_level`` = "sequence" (GSPO) puts the sequence ratio s_i of ``sequence_ratio`` in
+    place of every r_t of sequence i, clipped once per sequence; the k3 term stays per token.
 
     ``advantages`` is (B,). ``aggregation`` (see ``aggregate``) decides how tokens are weighted:
     * "seq-mean" (GRPO paper): each sequence counts once, so a token of a length-|y| answer
@@ -491,29 +523,39 @@ def grpo_loss(
     * "token-mean" (DAPO): every real token in the batch has the same weight; no per-sequence
       length bias, though the weight still depends on the total tokens in the batch.
     * "constant" (Dr. GRPO): divide by the fixed B · T_max, removing the length dependence.
-    With β = 0 the KL term is skipped and ``ref_logp`` may be None. stats: ``clip_frac``,
-    ``ratio_mean`` and, when ``ref_logp`` is given, ``kl`` (mean k3 over real tokens).
+    With β = 0 the KL term is skipped and ``ref_logp`` may be None. stats: ``clip_frac`` and its two sides
+    ``clip_frac_low``, ``clip_frac_high`` (see ``ppo_clip_loss``; over real tokens, or over the B sequences at the
+    sequence level, as TRL counts them), ``ratio_mean`` and, when ``ref_logp`` is given, ``kl`` (mean k3 over real
+    tokens).
     """
+    _check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
     _check_positive("beta", beta, allow_zero=True)
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
     _check_same_shape(logp=logp, old_logp=old_logp, ref_logp=ref_logp, mask=mask)
     if advantages.shape != mask.shape[:1]:
         raise ValueError(f"advantages must be (B,) = {tuple(mask.shape[:1])}, got {tuple(advantages.shape)}")
+    (row_advantages,) = _zero_padding(mask.bool().any(-1), advantages.detach())  # (B,) Â_i; 0 for an empty row
     advantages = _per_token_advantages(advantages, mask)  # (B,) -> (B, T)
     _check_real_tokens(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     logp, old_logp, ref_logp, advantages = _zero_padding(mask, logp, old_logp, ref_logp, advantages)
-    ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
-    objective = clipped_surrogate(ratio, advantages, eps)  # (B, T)
+    if importance_sampling_level == "token":
+        ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
+        objective = clipped_surrogate(ratio, advantages, eps, eps_high)  # (B, T)
+    else:
+        ratio = sequence_ratio(logp, old_logp, mask)  # (B,) s_i(θ)
+        objective = clipped_surrogate(ratio, row_advantages, eps, eps_high)[:, None].expand_as(mask)  # (B, T)
     kl = None if ref_logp is None else kl_k3(logp, ref_logp)  # (B, T) k3_t
     if beta > 0:
         objective = objective - beta * kl
     loss = -aggregate(objective, mask, aggregation)
     with torch.no_grad():
-        stats = {
-            "clip_frac": _clipped_fraction(ratio, advantages, eps, mask),
-            "ratio_mean": masked_mean(ratio, mask).item(),
-        }
+        if importance_sampling_level == "token":
+            stats = {**_clip_fractions(ratio, advantages, eps, eps_high, mask),
+                     "ratio_mean": masked_mean(ratio, mask).item()}
+        else:  # one entry per sequence, every sequence counted (TRL's clip_ratio at the sequence level)
+            every = torch.ones_like(ratio)
+            stats = {**_clip_fractions(ratio, row_advantages, eps, eps_high, every), "ratio_mean": ratio.mean().item()}
         if kl is not None:
             stats["kl"] = masked_mean(kl, mask).item()
     return loss, stats
@@ -530,6 +572,11 @@ def dpo_loss(
     beta: float,
     loss_type: str = "sigmoid",
     label_smoothing: float = 0.0,
+    *,
+    chosen_lengths: Tensor | None = None,
+    rejected_lengths: Tensor | None = None,
+    ipo_normalisation: str = "sum",
+    rpo_alpha: float = 0.0,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Direct preference optimisation on (B,) sequence log-probs of chosen y_w and rejected y_l.
 
@@ -541,6 +588,19 @@ def dpo_loss(
     ``label_smoothing`` (ls) assumes a fraction ls of the labels are flipped; it applies to
     "sigmoid" only. Returns per-pair losses (B,) and the implicit rewards β log(p_θ/p_ref) of the
     chosen and rejected answers, both (B,) and detached (for logging, as TRL does).
+
+    IPO's h, ``ipo_normalisation``: "sum" (default) is the paper's, log-ratios of whole sequences; "mean"
+    divides each log-ratio by its token count, h = (1/|y_w|) log p_θ/p_ref (y_w) - (1/|y_l|) log p_θ/p_ref (y_l),
+    which is TRL's loss_type="ipo" (its 1/(2β) target then does not grow with the answers' length).
+
+    ``rpo_alpha`` = α > 0 adds the NLL of the chosen answers (RPO, Pang et al. 2024; TRL 1.16 writes it
+    loss_type=["sigmoid", "sft"], loss_weights=[1, α]), normalised per token over the batch as TRL does:
+
+        L_i += α · (-log p_θ(y_w,i|x_i)) / mean_j |y_w,j|
+        mean_i L_i = mean_i DPO_i + α · (-Σ_i log p_θ(y_w,i|x_i) / Σ_i |y_w,i|)     the NLL per chosen token
+
+    It stops the chosen answers' likelihood from falling while the margin h grows. "mean" and α > 0 need the
+    (B,) token counts ``chosen_lengths`` |y_w| (and ``rejected_lengths`` |y_l| for "mean").
     """
     _check_same_shape(
         policy_chosen_logps=policy_chosen_logps,
@@ -555,16 +615,25 @@ def dpo_loss(
         ref_chosen_logps=ref_chosen_logps,
         ref_rejected_logps=ref_rejected_logps,
     )
-    check_dpo_options(beta, loss_type, label_smoothing)
+    check_dpo_options(beta, loss_type, label_smoothing, ipo_normalisation, rpo_alpha)
     chosen_logratio = policy_chosen_logps - ref_chosen_logps  # log p_θ(y_w)/p_ref(y_w)
     rejected_logratio = policy_rejected_logps - ref_rejected_logps  # log p_θ(y_l)/p_ref(y_l)
-    h = chosen_logratio - rejected_logratio  # (B,)
+    _check_token_counts(policy_chosen_logps, chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
+    if rpo_alpha > 0:
+        _require("rpo_alpha > 0", chosen_lengths=chosen_lengths)
+    if ipo_normalisation == "mean":
+        _require("ipo_normalisation='mean'", chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
+        h = chosen_logratio / chosen_lengths - rejected_logratio / rejected_lengths  # per-token log-ratios
+    else:
+        h = chosen_logratio - rejected_logratio  # (B,)
     if loss_type == "sigmoid":
         losses = -(1 - label_smoothing) * F.logsigmoid(beta * h) - label_smoothing * F.logsigmoid(-beta * h)
     elif loss_type == "ipo":
         losses = (h - 1 / (2 * beta)) ** 2
     else:
         losses = torch.relu(1 - beta * h)
+    if rpo_alpha > 0:
+        losses = losses + rpo_alpha * -policy_chosen_logps / chosen_lengths.to(policy_chosen_logps).mean()
     return losses, beta * chosen_logratio.detach(), beta * rejected_logratio.detach()
 
 
@@ -735,3 +804,130 @@ def kto_loss(
     )  # (B,) v(x, y)
     weight = torch.where(desirable, desirable_weight, undesirable_weight).to(value)  # (B,) λ_y
     return weight - value, beta * logratio.detach(), z_ref
+
+
+# ----------------------------------------------------------------------------- GRPO since R1
+#
+# What the field changed in GRPO after DeepSeek-R1, by name, and where each one lives:
+#   DAPO (Yu et al., 2025)        clip-higher: `eps_high` of grpo_loss / clipped_surrogate; token-level aggregation:
+#                                 aggregation="token-mean" (TRL loss_type="dapo" on one process); dynamic sampling:
+#                                 `informative_groups`; overlong filtering: `mask_truncated`; soft overlong
+#                                 punishment: minirlhf.tasks.rewards.soft_overlong_punishment
+#   Dr. GRPO (Liu et al., 2025)   grpo_advantages(scale="none") (no division by the std) + aggregation="constant"
+#                                 (divide by B · T_max: TRL loss_type="dr_grpo" with T_max = max_completion_length)
+#   GSPO (Zheng et al., 2025)     grpo_loss(importance_sampling_level="sequence") with `sequence_ratio`
+#   REINFORCE++ (Hu, 2025)        `reinforce_plus_plus_advantages` (and its baseline variant, group_size=G)
+#   RPO (Pang et al., 2024)       dpo_loss(rpo_alpha=α): DPO + α · NLL of the chosen answers
+
+
+def _check_token_counts(like: Tensor, **lengths: Tensor | None) -> None:
+    """The token counts that were given (None = not given): shaped like ``like`` (B,), finite and >= 1 each."""
+    given = {name: count for name, count in lengths.items() if count is not None}
+    for name, count in given.items():
+        _check_same_shape(policy_chosen_logps=like, **{name: count})
+        _check_real_tokens(None, **{name: count.double()})
+    _check_lengths(**given)
+
+
+def _require(option: str, **lengths: Tensor | None) -> None:
+    """Raise a ValueError naming the token counts that ``option`` needs and that were not given."""
+    for name, count in lengths.items():
+        if count is None:
+            raise ValueError(f"{option} needs {name}, the (B,) token counts of the answers")
+
+
+def sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
+    """GSPO's sequence-level importance ratio, the geometric mean of the token ratios r_i,t(θ) of a sequence:
+
+        s_i(θ) = ( p_θ(y_i|x_i) / p_θold(y_i|x_i) )^(1/|y_i|) = exp( (1/|y_i|) Σ_t log r_i,t(θ) )
+
+    over the |y_i| real tokens of row i. Returns (B,); a row without real tokens gets s_i = 1. The gradient flows
+    into every real token, ∂s_i/∂log p_θ(y_i,t) = s_i / |y_i|, as in TRL 1.16 (importance_sampling_level=
+    "sequence"). The paper's GSPO-token variant, sg[s_i] · p_θ(y_t)/sg[p_θ(y_t)], has the same value and, with one
+    Â_i per sequence and "seq-mean" aggregation, the same gradient. Unlike Π_t r_i,t, the 1/|y_i| power keeps s_i
+    near 1 for long answers, so one clip range suits every length.
+    """
+    _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
+    if mask.numel():
+        _check_real_tokens(mask, logp=logp, old_logp=old_logp)
+    logp, old_logp = _zero_padding(mask, logp, old_logp)
+    return torch.exp(masked_mean(logp - old_logp, mask, dim=-1))  # (B,) s_i
+
+
+def informative_groups(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
+    """DAPO's dynamic-sampling filter: which groups of G completions of one prompt carry a learning signal.
+
+        keep group g  ⇔  std(R_g) ≥ ε       (sample std of the G rewards, ε = ``eps``)
+
+    A group whose rewards are all equal has Â = 0 for every completion (``grpo_advantages`` zeroes it with the
+    same rule and the same ε, its default), so it adds nothing to the policy gradient, only to the batch size.
+    With 0/1 rewards and success rate p, a group is all equal with probability p^G + (1 - p)^G, which grows as
+    training succeeds. ``rewards`` is (B,) in consecutive groups of G; returns a bool tensor (B / G,).
+    """
+    _check_positive("eps", eps)
+    R = _grouped(rewards, group_size)  # (B/G, G)
+    if R.numel() == 0:
+        return torch.zeros(0, dtype=torch.bool, device=rewards.device)
+    return R.std(dim=1) >= eps
+
+
+def mask_truncated(mask: Tensor, ended_with_eos: Tensor) -> Tensor:
+    """DAPO's overlong filtering (TRL's mask_truncated_completions): a completion cut off at the token budget
+    gets no loss at all, since its reward judges an answer it never finished.
+
+        M'_i,t = M_i,t · 1[y_i ended with EOS]
+
+    ``mask`` is (B, T), ``ended_with_eos`` a (B,) bool tensor (the rollout's flags). Returns the new mask, same
+    dtype as ``mask``. The rows stay in the batch: "seq-mean" and "constant" still count them in B, as TRL does.
+    """
+    if ended_with_eos.dtype != torch.bool:
+        raise ValueError(f"ended_with_eos must be a bool tensor, got {ended_with_eos.dtype}")
+    if mask.dim() != 2 or ended_with_eos.shape != mask.shape[:1]:
+        raise ValueError(f"ended_with_eos must be (B,) for a (B, T) mask: got ended_with_eos "
+                         f"{tuple(ended_with_eos.shape)} and mask {tuple(mask.shape)}")
+    return torch.where(ended_with_eos[:, None], mask, torch.zeros_like(mask))
+
+
+def reinforce_plus_plus_advantages(
+    rewards: Tensor,
+    mask: Tensor,
+    old_logp: Tensor | None = None,
+    ref_logp: Tensor | None = None,
+    beta: float = 0.0,
+    gamma: float = 1.0,
+    group_size: int | None = None,
+) -> Tensor:
+    """REINFORCE++ (Hu, 2025, arXiv:2501.03262): PPO's per-token shaped reward and return, no critic, and the
+    advantages standardised over the whole batch instead of per prompt.
+
+        R̃_i = R_i                                     REINFORCE++
+        R̃_i = R_i - mean(R_group)                     REINFORCE++-baseline (``group_size`` = G given)
+        r_i,t = -β (log p_θold(y_t) - log p_ref(y_t)) + R̃_i · 1[t = |y_i| - 1]     k1 KL per token
+        G_i,t = Σ_{l ≥ 0} γ^l r_i,t+l                  return-to-go (γ = 1: every token sees R̃_i and the KL ahead)
+        Â_i,t = (G_i,t - μ) / σ,   μ, σ over every real token of the batch
+
+    as OpenRLHF's advantage_estimator="reinforce" and "reinforce_baseline" (experience_maker.py, compute_reward
+    with kl_estimator="k1"; its baseline subtracts the group mean before the KL is added). σ is the sample std
+    (``masked_whiten``, Bessel-corrected like the rest of this file; OpenRLHF divides by n, a factor
+    sqrt(n/(n-1)) apart, one number for the whole batch). The KL uses the sampler's log-probs p_θold, as the
+    rollout recorded them. ``rewards`` is (B,), the rest (B, T) right-padded. Returns (B, T), 0 on padding.
+    """
+    if rewards.dim() != 1 or rewards.shape != mask.shape[:1]:
+        raise ValueError(f"rewards must be (B,) = {tuple(mask.shape[:1])}, got {tuple(rewards.shape)}")
+    _check_interval("gamma", gamma, 0.0, 1.0)
+    _check_positive("beta", beta, allow_zero=True)
+    if beta > 0 and (old_logp is None or ref_logp is None):
+        raise ValueError("old_logp and ref_logp are required when beta > 0 (the KL term of the reward)")
+    _check_same_shape(old_logp=old_logp, ref_logp=ref_logp, mask=mask)
+    if mask.numel():
+        _check_real_tokens(mask, old_logp=old_logp, ref_logp=ref_logp)
+    if group_size is None:
+        if not torch.isfinite(rewards).all():
+            raise ValueError("rewards contain NaN or inf")
+    else:
+        R = _grouped(rewards, group_size)  # (B/G, G)
+        rewards = (R - R.mean(dim=1, keepdim=True)).reshape(-1)  # R̃_i
+    kl = kl_k1(old_logp, ref_logp) if beta > 0 else None  # (B, T)
+    per_token = token_rewards(rewards, mask, kl, beta)  # (B, T) r_i,t
+    returns, _ = gae(per_token, torch.zeros_like(per_token), mask, gamma, lam=1.0)  # V = 0, λ = 1: G_i,t
+    return _check_overflow(masked_whiten(returns, mask), rewards)

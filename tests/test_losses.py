@@ -215,7 +215,7 @@ def test_grpo_loss_matches_formula_and_beta_zero_needs_no_reference():
     per_token = clipped_surrogate(ratio, adv[:, None], EPS) - 0.1 * kl_k3(logp, ref_logp)
     torch.testing.assert_close(loss, -masked_mean(per_token, mask, dim=-1).mean())
     assert stats["kl"] == pytest.approx(masked_mean(kl_k3(logp, ref_logp), mask).item())
-    assert set(stats) == {"clip_frac", "ratio_mean", "kl"}
+    assert set(stats) == {"clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "kl"}
 
     no_ref, stats = grpo_loss(logp, old_logp, None, adv, mask, EPS, beta=0.0)
     with_ref, _ = grpo_loss(logp, old_logp, ref_logp, adv, mask, EPS, beta=0.0)
