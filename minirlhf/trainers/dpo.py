@@ -27,11 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
-from minirlhf.data import PreferenceData, PreferencePair, check_pair_lengths, encode_preference_pairs, preference_data
+from minirlhf.data import PreferenceData, PreferencePair, check_pair_lengths, encode_preference_pairs
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, response_lengths, sequence_logprobs
 from minirlhf.losses import DPO_LOSS_TYPES, check_dpo_options, dpo_loss, orpo_loss, pair_accuracy, simpo_loss
 from minirlhf.models import disable_dropout, frozen_copy
+from minirlhf.tasks.registry import shipped_preference_data
 from minirlhf.tasks.sentiment import MAX_NEW_TOKENS
 from minirlhf.trainers.common import (
     Run,
@@ -197,7 +198,7 @@ def train_dpo(
     callbacks=(),
 ):
     """Train p_θ with DPO (or the `config.loss_type` of the family) on preference pairs.
-    Returns (model, tokenizer, history). `loss_type="kto"` hands over to `trainers.kto.train_kto`.
+    Returns (model, tokenizer, history). `loss_type="kto"` is `trainers.kto.train_kto`'s (unpaired examples).
 
         model, tokenizer, history = train_dpo("sentiment", DPOConfig(steps=100))
 
@@ -213,11 +214,9 @@ def train_dpo(
     `precompute_ref`, where p_ref is no longer in memory).
     """
     config = config or DPOConfig()
-    if config.loss_type == "kto":  # unpaired examples: its own loop
-        from minirlhf.trainers.kto import train_kto
-
-        return train_kto(data, config, model, tokenizer, callbacks)
-    data = preference_data(config.pairs if data is None else data)
+    if config.loss_type == "kto":
+        raise ValueError("train_dpo: loss_type='kto' learns from unpaired examples: use trainers.kto.train_kto")
+    data = shipped_preference_data(config.pairs if data is None else data)
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     set_seed(config.seed)
     rng = random.Random(config.seed)

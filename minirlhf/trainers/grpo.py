@@ -34,6 +34,7 @@ from minirlhf.trainers.online import (
     diagnose,
     experience_metrics,
     minibatches,
+    online_task,
     policy_logprobs,
     setup_policy,
 )
@@ -58,9 +59,9 @@ class GRPOConfig(OnlineConfig):
         require(self, check_group_size, "group_size")
 
 
-def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
+def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ with GRPO on `task`. Returns (model, tokenizer, history)."""
-    config = config or GRPOConfig()
+    task, config = online_task(task, config or GRPOConfig())  # None: the task config.task / config.prompts name
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)

@@ -11,7 +11,7 @@ Here the examples come from the shipped pairs, split by `data.unpaired_examples`
 shuffled one by one so that a batch rarely holds both halves of a pair. A step takes 2B examples (as many
 sequences as a DPO step of B pairs) and 2B mismatched ones for z_ref. Each example's mismatched completion is
 drawn once, before training, from an example with a different prompt (a pair's two halves share their prompt, so
-its partner would not do). `train_dpo` hands over here when `loss_type="kto"`; held-out evaluation is the DPO
+its partner would not do). `python -m minirlhf dpo --loss-type kto` comes here; held-out evaluation is the DPO
 trainer's, on pairs.
 """
 
@@ -28,13 +28,13 @@ from minirlhf.data import (
     UnpairedExample,
     check_pair_lengths,
     encode_prompt_completion,
-    preference_data,
     unpaired_examples,
 )
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
 from minirlhf.losses import kto_loss
 from minirlhf.models import disable_dropout, frozen_copy
+from minirlhf.tasks.registry import shipped_preference_data
 from minirlhf.trainers.common import Run, load_policy, make_optimizer, set_seed
 from minirlhf.trainers.dpo import DPOConfig, all_pair_logps, evaluate_preferences
 
@@ -79,7 +79,7 @@ def train_kto(
     config = config or DPOConfig(loss_type="kto")
     if config.loss_type != "kto":
         raise ValueError(f"train_kto needs DPOConfig(loss_type='kto'), got loss_type={config.loss_type!r}")
-    data = preference_data(config.pairs if data is None else data)
+    data = shipped_preference_data(config.pairs if data is None else data)
     runtime, config = setup_runtime(config)
     set_seed(config.seed)
     rng = random.Random(config.seed)

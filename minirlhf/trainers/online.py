@@ -7,9 +7,10 @@ Everything returned is cut to the response columns [P, P + N), so the losses see
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -21,14 +22,16 @@ from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import kl_k1, masked_sum
 from minirlhf.models import disable_dropout, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
-from minirlhf.tasks import Task
+from minirlhf.tasks import Task, call_reward
+from minirlhf.tasks.registry import resolve_task
 from minirlhf.trainers.common import (
     TrainConfig,
-    call_reward,
     load_policy,
     require_choice,
     require_non_negative,
     require_positive,
+    require_same_task,
+    spelled,
 )
 
 
@@ -44,6 +47,18 @@ class OnlineConfig(TrainConfig):
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
+    # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped task
+    # (arithmetic; sentiment: VADER is the reward) or a module:function / path.py:function of yours that returns a
+    # Task; None = arithmetic, unless prompts are given
+    task: str | None = spelled(None, "arithmetic|sentiment|module:function|path.py:function")
+    # your prompts instead of a task: a FILE.jsonl or a dataset name, one object per row with a "prompt"; its other
+    # fields reach the reward functions as keyword lists
+    prompts: str | None = spelled(None, "FILE.jsonl|dataset-name")
+    # for prompts: reward functions (prompts, completions, **columns) -> list[float]; several are summed
+    reward: list[str] | None = spelled(None, "module:function|path.py:function")
+    reward_weights: list[float] | None = spelled(None, "W")  # one weight per reward: R = Σ_k w_k R_k (None: 1 each)
+
+    task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts", "reward", "reward_weights")
 
     def validate(self) -> None:
         super().validate()
@@ -63,6 +78,18 @@ class OnlineConfig(TrainConfig):
     @property
     def batch_size(self) -> int:
         return self.prompts_per_step * self.group_size
+
+
+def online_task(task: Task | None, config: OnlineConfig) -> tuple[Task, OnlineConfig]:
+    """The task to learn from and the config that records it: the `task` given (its name goes into config.task
+    when the config names none, so that a resume can compare), else the one config.task or config.prompts names
+    (`tasks.registry.resolve_task`). A resume that names another task than its run's is refused."""
+    if task is None:
+        task = resolve_task(config)
+    elif config.task is None and config.prompts is None:
+        config = dataclasses.replace(config, task=task.name)
+    require_same_task(config)
+    return task, config
 
 
 def setup_policy(

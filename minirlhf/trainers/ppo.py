@@ -69,6 +69,7 @@ from minirlhf.trainers.online import (
     diagnose,
     experience_metrics,
     minibatches,
+    online_task,
     setup_policy,
 )
 
@@ -118,12 +119,12 @@ def policy_forward(
     return exp.response(logp), exp.response(entropy), values
 
 
-def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
+def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ (and its value head) with PPO on `task`. Returns (model, tokenizer, history).
 
     The value head is not part of the returned model; with `out_dir` it is saved as value_head.safetensors.
     """
-    config = config or PPOConfig()
+    task, config = online_task(task, config or PPOConfig())  # None: the task config.task / config.prompts name
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)

@@ -34,6 +34,7 @@ from minirlhf.trainers.online import (
     diagnose,
     experience_metrics,
     minibatches,
+    online_task,
     policy_logprobs,
     setup_policy,
 )
@@ -56,9 +57,11 @@ class ReinforceConfig(OnlineConfig):
         require(self, check_ema_decay, "ema_decay")
 
 
-def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()):
+def train_reinforce(
+    task: Task | None = None, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()
+):
     """Train p_θ with REINFORCE (+ baseline) on `task`. Returns (model, tokenizer, history)."""
-    config = config or ReinforceConfig()
+    task, config = online_task(task, config or ReinforceConfig())  # None: the task config.task / config.prompts name
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
