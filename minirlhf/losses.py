@@ -631,6 +631,8 @@ def simpo_loss(
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
+    _check_real_tokens(None, policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
+                       chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     _check_positive("beta", beta)
     _check_positive("gamma", gamma, allow_zero=True)
     _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
@@ -677,6 +679,8 @@ def orpo_loss(
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
+    _check_real_tokens(None, policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
+                       chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     _check_positive("lam", lam, allow_zero=True)
     _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     chosen_avg = policy_chosen_logps / chosen_lengths  # (B,) log P_θ(y_w|x)
@@ -722,6 +726,8 @@ def kto_loss(
         raise ValueError(f"desirable must be a bool tensor, got {desirable.dtype}")
     if policy_kl_logps.dim() != 1 or policy_kl_logps.numel() == 0:
         raise ValueError(f"policy_kl_logps must be (M,) with M >= 1, got shape {tuple(policy_kl_logps.shape)}")
+    _check_real_tokens(None, policy_logps=policy_logps, ref_logps=ref_logps, policy_kl_logps=policy_kl_logps,
+                       ref_kl_logps=ref_kl_logps)
     _check_positive("beta", beta)
     _check_positive("desirable_weight", desirable_weight)
     _check_positive("undesirable_weight", undesirable_weight)
