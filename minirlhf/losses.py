@@ -51,6 +51,7 @@ from torch import Tensor
 AGGREGATIONS = ("seq-sum", "seq-mean", "token-mean", "constant")
 GRPO_SCALES = ("group", "batch", "none")
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
+CONSTANT_GROUP_STD = 1e-4  # a group whose rewards' std is below this is constant: nothing to learn, advantages 0
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -144,6 +145,12 @@ def check_dpo_options(beta: float, loss_type: str, label_smoothing: float) -> No
     """β > 0, a known loss type, and label smoothing ls in [0, 0.5] for the sigmoid (DPO) loss only."""
     _check_positive("beta", beta)
     _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
+    check_label_smoothing(label_smoothing, loss_type)
+
+
+def check_label_smoothing(label_smoothing: float, loss_type: str) -> None:
+    """Label smoothing ls in [0, 0.5], and for the sigmoid (DPO) loss alone: the one loss of the family it is
+    defined for (every other loss type, in the DPO family or not, takes ls = 0)."""
     _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
     if label_smoothing and loss_type != "sigmoid":
         raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
@@ -440,7 +447,9 @@ def value_loss(
 # ----------------------------------------------------------------------------- GRPO
 
 
-def grpo_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
+def grpo_advantages(
+    rewards: Tensor, group_size: int, scale: str = "group", eps: float = CONSTANT_GROUP_STD
+) -> Tensor:
     """Group-relative advantages: compare each completion with the others of its prompt.
 
         Â_i = (R_i - mean(R_group)) / std(R_group)        scale="group" (GRPO)

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from minirlhf.models import check_tokenizer, load_model
+from minirlhf.models import check_tokenizer, eval_mode, load_model
 from minirlhf.precision import PRECISIONS
 from minirlhf.tasks.registry import task_identity
 from minirlhf.trainers.checkpoint import (
@@ -274,15 +274,16 @@ def optimizer_step(
     return grad_norm
 
 
+EVAL_PREFIX = "eval/"  # held-out metrics are logged as eval/<name>, beside the training metrics of the same name
+
+
 def held_out_metrics(evaluate: Callable[..., dict[str, float]] | None, model: nn.Module, tokenizer) -> dict:
-    """`evaluate(model, tokenizer)` in eval mode, keys prefixed "eval/"; the model's mode is restored after."""
+    """`evaluate(model, tokenizer)` in eval mode, keys prefixed "eval/"; the model's mode is restored after. Every
+    trainer's held-out evaluation goes through here (one evaluation shape: (model, tokenizer) -> dict)."""
     if evaluate is None:
         return {}
-    was_training = model.training
-    model.eval()
-    metrics = {f"eval/{k}": v for k, v in evaluate(model, tokenizer).items()}
-    model.train(was_training)
-    return metrics
+    with eval_mode(model):
+        return {f"{EVAL_PREFIX}{k}": v for k, v in evaluate(model, tokenizer).items()}
 
 
 def progress(iterable, enabled: bool, desc: str):

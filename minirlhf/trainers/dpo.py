@@ -30,14 +30,23 @@ import torch
 from minirlhf.data import PreferenceData, PreferencePair, check_pair_lengths, encode_preference_pairs
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, response_lengths, sequence_logprobs
-from minirlhf.losses import DPO_LOSS_TYPES, check_dpo_options, dpo_loss, orpo_loss, pair_accuracy, simpo_loss
-from minirlhf.models import disable_dropout, frozen_copy
+from minirlhf.losses import (
+    DPO_LOSS_TYPES,
+    check_dpo_options,
+    check_label_smoothing,
+    dpo_loss,
+    orpo_loss,
+    pair_accuracy,
+    simpo_loss,
+)
+from minirlhf.models import context_size, disable_dropout, frozen_copy
 from minirlhf.tasks.registry import shipped_preference_data
 from minirlhf.tasks.sentiment import MAX_NEW_TOKENS
 from minirlhf.trainers.common import (
     Run,
     TrainConfig,
     choice,
+    held_out_metrics,
     load_policy,
     make_optimizer,
     require,
@@ -80,14 +89,11 @@ class DPOConfig(TrainConfig):
         super().validate()
         require_positive(self, "batch_size", "eval_samples", "max_new_tokens")
         require_non_negative(self, "eval_prompts")
+        require(self, check_label_smoothing, "label_smoothing", "loss_type")
         if self.loss_type in DPO_LOSS_TYPES:
             require(self, check_dpo_options, "beta", "loss_type", "label_smoothing")
-        else:  # simpo / orpo / kto: the losses check β themselves; smoothing belongs to the sigmoid loss alone
+        else:  # simpo / orpo / kto: the losses check β themselves
             require_positive(self, "beta")
-            if self.label_smoothing:
-                raise ValueError(
-                    f"DPOConfig.label_smoothing only applies to loss_type='sigmoid', got {self.loss_type!r}"
-                )
         require_non_negative(self, "gamma", "orpo_lambda")
         require_positive(self, "kto_desirable_weight", "kto_undesirable_weight")
         if self.precompute_ref and self.loss_type in REFERENCE_FREE_LOSS_TYPES:
@@ -152,22 +158,22 @@ def all_pair_logps(model, tokenizer, pairs: list[PreferencePair], max_length: in
 
 
 def evaluate_preferences(model, tokenizer, ref, data: PreferenceData, test_ref, config: DPOConfig, max_length) -> dict:
-    """eval/... metrics of p_θ: `evaluate_implicit_rewards` on the held-out pairs (if any) and, when the data has a
-    sampling evaluation (the shipped "sentiment" pairs: VADER), its metrics on continuations sampled for held-out
-    prompts, with KL(p_θ || p_ref) on them (when `ref` is in memory)."""
-    model.eval()
-    metrics = {}
-    if data.test:
-        stats = evaluate_implicit_rewards(model, tokenizer, data.test, *test_ref, config, max_length)
-        metrics |= {f"eval/{k}": v for k, v in stats.items()}
-    if data.evaluate is not None and config.eval_prompts:
-        stats = data.evaluate(
-            model, tokenizer, ref_model=ref, n_prompts=config.eval_prompts,
-            samples_per_prompt=config.eval_samples, seed=config.seed, max_new_tokens=config.max_new_tokens,
-        )
-        metrics |= {f"eval/{k}": v for k, v in stats.items()}
-    model.train()
-    return metrics
+    """eval/... metrics of p_θ (`held_out_metrics`): `evaluate_implicit_rewards` on the held-out pairs (if any) and,
+    when the data has a sampling evaluation (the shipped "sentiment" pairs: VADER), its metrics on continuations
+    sampled for held-out prompts, with KL(p_θ || p_ref) on them (when `ref` is in memory)."""
+
+    def evaluate(model, tokenizer) -> dict[str, float]:
+        metrics = {}
+        if data.test:
+            metrics |= evaluate_implicit_rewards(model, tokenizer, data.test, *test_ref, config, max_length)
+        if data.evaluate is not None and config.eval_prompts:
+            metrics |= data.evaluate(
+                model, tokenizer, ref_model=ref, n_prompts=config.eval_prompts,
+                samples_per_prompt=config.eval_samples, seed=config.seed, max_new_tokens=config.max_new_tokens,
+            )
+        return metrics
+
+    return held_out_metrics(evaluate, model, tokenizer)
 
 
 @torch.no_grad()
@@ -222,7 +228,7 @@ def train_dpo(
     rng = random.Random(config.seed)
     model, tokenizer = load_policy(config, model, tokenizer)
     disable_dropout(model)  # p_θ and p_ref must give identical log-probs for identical weights
-    max_length = config.max_length or getattr(model.config, "n_positions", None)  # None = the context size
+    max_length = config.max_length or context_size(model)  # None = the context size
     check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)  # long completions are cut
     steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
 

@@ -33,7 +33,7 @@ from minirlhf.data import (
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
 from minirlhf.losses import kto_loss
-from minirlhf.models import disable_dropout, frozen_copy
+from minirlhf.models import context_size, disable_dropout, frozen_copy
 from minirlhf.tasks.registry import shipped_preference_data
 from minirlhf.trainers.common import Run, load_policy, make_optimizer, set_seed
 from minirlhf.trainers.dpo import DPOConfig, all_pair_logps, evaluate_preferences
@@ -85,7 +85,7 @@ def train_kto(
     rng = random.Random(config.seed)
     model, tokenizer = load_policy(config, model, tokenizer)
     disable_dropout(model)
-    max_length = config.max_length or getattr(model.config, "n_positions", None)
+    max_length = config.max_length or context_size(model)
     check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
     steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
     examples = unpaired_examples(data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
