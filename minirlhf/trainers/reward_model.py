@@ -46,6 +46,7 @@ from minirlhf.trainers.common import (
     require_positive,
     set_seed,
 )
+from minirlhf.trainers.preference import next_rows
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -214,9 +215,8 @@ def train_reward_model(
     reward_model.train()
     for step in run.steps("reward model"):
         metrics = run.evaluate(step)
-        order = order or rng.sample(range(len(data.train)), len(data.train))  # a fresh shuffle every epoch
-        batch = [data.train[order.pop()] for _ in range(min(config.batch_size, len(order)))]
-        batch = runtime.shard(batch)  # this process's share of the global batch (all of it on one process)
+        rows, order = next_rows(order, config.batch_size, len(data.train), rng)  # a fresh shuffle every epoch
+        batch = runtime.shard([data.train[i] for i in rows])  # this process's share of the global batch
         with runtime.autocast():
             chosen, rejected = pair_scores(train_model, tokenizer, batch, max_length)  # (B,), (B,) float32
         loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
