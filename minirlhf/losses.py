@@ -609,11 +609,14 @@ def pair_accuracy(chosen_scores: Tensor, rejected_scores: Tensor) -> float:
 # (1/|y|) log p_θ(y|x) is the average token log-prob. Sequence log-probs are sums, as for `dpo_loss`.
 
 
-def _check_lengths(**lengths: Tensor) -> None:
-    """Every token count |y| must be at least 1: an average over an empty response is 0/0."""
-    for name, count in lengths.items():
-        if not (count >= 1).all():
-            raise ValueError(f"{name} must be >= 1 token for every sequence, got {count.min().item()}")
+def _check_length_normalised(**tensors: Tensor) -> None:
+    """The (B,) summed log-probs and token counts of a length-normalised loss: one shape, no inf/NaN, and every
+    token count |y| at least 1 (an average over an empty response is 0/0)."""
+    _check_same_shape(**tensors)
+    _check_real_tokens(None, **tensors)
+    for name in ("chosen_lengths", "rejected_lengths"):
+        if not (tensors[name] >= 1).all():
+            raise ValueError(f"{name} must be >= 1 token for every sequence, got {tensors[name].min().item()}")
 
 
 def simpo_loss(
@@ -634,17 +637,14 @@ def simpo_loss(
     losses (B,) and the rewards r(x, y_w), r(x, y_l), both (B,) and detached. TRL's CPOTrainer with
     loss_type="simpo" and cpo_alpha=0 writes the same loss as -log σ(β (Δ - γ/β)), Δ the difference of averages.
     """
-    _check_same_shape(
+    _check_length_normalised(
         policy_chosen_logps=policy_chosen_logps,
         policy_rejected_logps=policy_rejected_logps,
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
-    _check_real_tokens(None, policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
-                       chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     _check_positive("beta", beta)
     _check_positive("gamma", gamma, allow_zero=True)
-    _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     chosen_rewards = beta * policy_chosen_logps / chosen_lengths  # (B,) r(x, y_w)
     rejected_rewards = beta * policy_rejected_logps / rejected_lengths  # (B,) r(x, y_l)
     losses = -F.logsigmoid(chosen_rewards - rejected_rewards - gamma)
@@ -682,16 +682,13 @@ def orpo_loss(
     TRL's ORPOTrainer (λ is its `beta`) differs in two places: its L_SFT is the cross-entropy averaged over every
     token of the batch's chosen sequences, prompt tokens included, and it logs λ (1/|y|) log p_θ(y|x) as rewards.
     """
-    _check_same_shape(
+    _check_length_normalised(
         policy_chosen_logps=policy_chosen_logps,
         policy_rejected_logps=policy_rejected_logps,
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
-    _check_real_tokens(None, policy_chosen_logps=policy_chosen_logps, policy_rejected_logps=policy_rejected_logps,
-                       chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     _check_positive("lam", lam, allow_zero=True)
-    _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     chosen_avg = policy_chosen_logps / chosen_lengths  # (B,) log P_θ(y_w|x)
     rejected_avg = policy_rejected_logps / rejected_lengths  # (B,) log P_θ(y_l|x)
     if not ((chosen_avg < 0).all() and (rejected_avg < 0).all()):
