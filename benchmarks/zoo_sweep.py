@@ -15,8 +15,10 @@ import json
 import time
 from pathlib import Path
 
-from minirlhf.data import load_preference_pairs, preference_data
+from minirlhf.data import load_preference_pairs
+from minirlhf.tasks.registry import shipped_preference_data
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
+from minirlhf.trainers.kto import train_kto
 
 # The notebook's full-mode budget (notebooks/05b_dpo_family.ipynb, "The zoo").
 BUDGET = dict(model="tiny", steps=40, batch_size=16, lr=5e-4, eval_every=40, eval_prompts=50, eval_samples=2,
@@ -37,11 +39,13 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     budget = dict(BUDGET, steps=2, eval_every=2, eval_prompts=2) if args.quick else BUDGET
-    data = dataclasses.replace(preference_data("sentiment"), test=load_preference_pairs("sentiment", "test")[:64])
+    held_out = load_preference_pairs("sentiment", "test")[:64]
+    data = dataclasses.replace(shipped_preference_data("sentiment"), test=held_out)
     results = []
     for settings in CANDIDATES:
         start = time.perf_counter()
-        _, _, history = train_dpo(data, DPOConfig(**budget, **settings))
+        train = train_kto if settings["loss_type"] == "kto" else train_dpo
+        _, _, history = train(data, DPOConfig(**budget, **settings))
         last = history[-1]
         print(f"{settings}: sentiment {last['eval/sentiment']:+.3f}, KL {last['eval/kl']:.2f}, "
               f"length {last['eval/response_length']:.1f}, pair accuracy {last['eval/rewards/accuracy']:.3f} "

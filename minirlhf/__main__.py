@@ -17,84 +17,38 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
+from collections.abc import Callable
 
 from minirlhf.cli import add_config_arguments, config_from_args, given_fields
 from minirlhf.presets import PRESETS, preset
 
-ONLINE = ("reinforce", "rloo", "grpo", "ppo")  # the commands that sample: they take a task
-TASKS = {"arithmetic": "minirlhf.tasks.arithmetic:task", "sentiment": "minirlhf.tasks.sentiment:vader_task"}
+# command -> (module of minirlhf.trainers, config class, train function, what the command learns from); imported when
+# the command runs, so that `--help` stays fast. Online methods and SFT read config.task / config.prompts (--task,
+# --prompts, --reward: fields of their config); the reward model and DPO read --pairs.
+TRAINERS = {
+    "sft": ("sft", "SFTConfig", "train_sft", "resolve_sft_data"),
+    "reinforce": ("reinforce", "ReinforceConfig", "train_reinforce", "resolve_task"),
+    "rloo": ("reinforce", "ReinforceConfig", "train_reinforce", "resolve_task"),  # REINFORCE, baseline="rloo"
+    "grpo": ("grpo", "GRPOConfig", "train_grpo", "resolve_task"),
+    "ppo": ("ppo", "PPOConfig", "train_ppo", "resolve_task"),
+    "reward-model": ("reward_model", "RewardModelConfig", "train_reward_model", None),
+    "dpo": ("dpo", "DPOConfig", "train_dpo", None),  # --loss-type kto: trainers.kto.train_kto
+}
 
 
-def _methods() -> dict:
-    """command -> (config class, train(data, config) -> (model, tokenizer, history)). Imported lazily so that
-    `--help` stays fast."""
-    from minirlhf.trainers.dpo import DPOConfig, train_dpo
-    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
-    from minirlhf.trainers.ppo import PPOConfig, train_ppo
-    from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
-    from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
-    from minirlhf.trainers.sft import SFTConfig, train_sft
+def _trainer(command: str, loss_type: str | None = None) -> tuple[type, Callable, Callable | None]:
+    """(config class, train(data, config) -> (model, tokenizer, history), data(config) or None) of a command."""
+    from minirlhf.tasks import registry
 
-    return {
-        "sft": (SFTConfig, train_sft),
-        "reinforce": (ReinforceConfig, train_reinforce),
-        "grpo": (GRPOConfig, train_grpo),
-        "ppo": (PPOConfig, train_ppo),
-        "reward-model": (RewardModelConfig, train_reward_model),  # pairs from --pairs
-        "dpo": (DPOConfig, train_dpo),  # pairs from --pairs
-    }
-
-
-def _add_task_arguments(parser: argparse.ArgumentParser, command: str) -> None:
-    if command not in ONLINE + ("sft",):
-        return
-    group = parser.add_argument_group("task (what to learn from)")
-    group.add_argument("--task", metavar="arithmetic|sentiment|module:function|path.py:function",
-                       help="a shipped task (sentiment: VADER is the reward), or a function of yours that returns a "
-                       "Task (sft: an SFTData) (default: arithmetic)")
-    group.add_argument("--prompts", metavar="FILE.jsonl|dataset-name",
-                       help='your prompts, one JSON object per line with a "prompt" (sft: and a "completion"); the '
-                       "other fields reach the reward functions as keyword lists")
-    if command != "sft":
-        group.add_argument("--reward", action="append", metavar="module:function|path.py:function",
-                           help="a reward function (prompts, completions, **columns) -> list[float] for --prompts; "
-                           "repeat it for several")
-        group.add_argument("--reward-weights", nargs="+", type=float, metavar="W",
-                           help="one weight per --reward: R = Σ_k w_k R_k (default: 1 each)")
-
-
-def _task(command: str, args: argparse.Namespace):
-    """What the command learns from, built from --task or --prompts/--reward (a ValueError says what is wrong)."""
-    from minirlhf.data import SFTData
-    from minirlhf.tasks import Task
-    from minirlhf.tasks.user import load_object, load_prompt_rows, prompts_task
-
-    rewards, weights = getattr(args, "reward", None), getattr(args, "reward_weights", None)
-    if args.prompts and args.task:
-        raise ValueError("give either --task or --prompts, not both")
-    if (rewards or weights) and not args.prompts:
-        raise ValueError("--reward and --reward-weights go with --prompts (a --task brings its own reward)")
-    if args.prompts and command == "sft":
-        rows = load_prompt_rows(args.prompts, required=("prompt", "completion"))
-        return SFTData([(row["prompt"], row["completion"]) for row in rows])
-    if args.prompts:
-        if not rewards:
-            raise ValueError("--prompts needs at least one --reward module:function to score the completions")
-        return prompts_task(args.prompts, [load_object(spec, "reward function") for spec in rewards], weights)
-    name = args.task or "arithmetic"
-    if command == "sft" and name == "arithmetic":
-        name = "minirlhf.tasks.arithmetic:sft_data"
-    make = load_object(TASKS.get(name, name), "task")
-    try:
-        made = make()
-    except TypeError as err:
-        raise ValueError(f"task {name!r} must be callable without arguments and return a Task: {err}") from err
-    expected = SFTData if command == "sft" else Task
-    if not isinstance(made, expected):
-        raise ValueError(f"task {name!r} returned a {type(made).__name__}; {command} needs a {expected.__name__}")
-    return made
+    module, config_name, train_name, data_name = TRAINERS[command]
+    config_cls = getattr(importlib.import_module(f"minirlhf.trainers.{module}"), config_name)
+    if loss_type == "kto":  # the DPO family's member that learns from unpaired examples has its own loop
+        module, train_name = "kto", "train_kto"
+    train = getattr(importlib.import_module(f"minirlhf.trainers.{module}"), train_name)
+    return config_cls, train, getattr(registry, data_name) if data_name else None
 
 
 def _sample(argv: list[str]) -> None:
@@ -134,9 +88,12 @@ def _demo(argv: list[str]) -> None:
     run_demo(args.out, quick=args.quick)
 
 
+TOOLS = {"demo": _demo, "sample": _sample}
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = ["demo", "sample", "sft", "reinforce", "rloo", "grpo", "ppo", "reward-model", "dpo"]
+    commands = [*TOOLS, *TRAINERS]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__)
         print("commands:", ", ".join(commands))
@@ -144,22 +101,25 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"unknown command {argv[0]!r}")
         return
     command, rest = argv[0], argv[1:]
-    if command in ("demo", "sample"):
-        return {"demo": _demo, "sample": _sample}[command](rest)
-    config_cls, train = _methods()["reinforce" if command == "rloo" else command]
+    if command in TOOLS:
+        return TOOLS[command](rest)
+    config_cls = _trainer(command)[0]
     parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}", allow_abbrev=False)
     add_config_arguments(parser, config_cls)
     parser.add_argument("--preset", choices=sorted(PRESETS), help="GPU-sized settings (minirlhf.presets); flags win")
-    _add_task_arguments(parser, command)
     if command == "rloo":
         parser.set_defaults(baseline="rloo")
     args = parser.parse_args(rest)
     if args.preset:  # the preset's values become the defaults, and the flags given are parsed again over them
         parser.set_defaults(**preset(args.preset, command))
         args = parser.parse_args(rest)
-    config = config_from_args(config_cls, args, given_fields(parser, rest))
+    from minirlhf.trainers.common import require_same_task
+
     try:
-        data = _task(command, args) if command in ONLINE + ("sft",) else None  # dpo, reward model: --pairs
+        config = config_from_args(config_cls, args, given_fields(parser, rest))
+        _, train, resolve_data = _trainer(command, getattr(config, "loss_type", None))
+        require_same_task(config)  # a resume continues on its run's task
+        data = resolve_data(config) if resolve_data else None  # what train(None, config) would build, checked here
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
     history = train(data, config)[2]

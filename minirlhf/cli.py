@@ -80,6 +80,11 @@ def field_docs(config_cls: type) -> dict[str, str]:
     return docs
 
 
+def _list_of(tp: Any) -> type | None:
+    """The item type of a `list[...]` field (its flag takes one or more values, and may be repeated), else None."""
+    return typing.get_args(tp)[0] if typing.get_origin(tp) is list else None
+
+
 def _metavar(tp: type, nullable: bool, choices: tuple[str, ...] | None) -> str:
     shown = "|".join(choices) if choices else "true|false" if tp is bool else tp.__name__.upper()
     return shown + ("|none" if nullable else "")
@@ -93,14 +98,17 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
         tp, nullable = _field_type(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else None
         choices = f.metadata.get("choices")
-        parse = _parse_bool if tp is bool else tp
+        item = _list_of(tp)
+        parse = _parse_bool if tp is bool else item or tp
         flag_only = {"nargs": "?", "const": True} if tp is bool else {}  # `--debug` alone means true
+        if item is not None:  # `--reward a b` or `--reward a --reward b`
+            flag_only = {"nargs": "+", "action": "extend"}
         parser.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
-            type=_optional(parse) if nullable else parse,
+            type=_optional(parse) if nullable and item is None else parse,
             default=default,
-            metavar=_metavar(tp, nullable, choices),
+            metavar=f.metadata.get("metavar") or _metavar(item or tp, nullable and item is None, choices),
             help=f"{docs.get(f.name, '')} (default: {default!r})".replace("%", "%%").strip(),
             **flag_only,
         )

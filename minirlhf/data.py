@@ -152,7 +152,8 @@ class PreferenceData:
 
     `test` pairs, when given, are scored at every evaluation (eval/accuracy, eval/margin, ...). `evaluate`, when
     given, samples from a policy on held-out prompts: `evaluate(model, tokenizer, ref_model=, n_prompts=,
-    samples_per_prompt=, seed=, max_new_tokens=) -> dict`, as `tasks.sentiment.evaluate_sentiment` (DPO only).
+    samples_per_prompt=, seed=, max_new_tokens=) -> dict`, as `tasks.sentiment.evaluate_sentiment` (DPO only;
+    `tasks.registry.shipped_preference_data` attaches it to the shipped pairs).
     """
 
     train: Sequence[PreferencePair]
@@ -163,16 +164,13 @@ class PreferenceData:
 def preference_data(source: PreferenceData | Sequence[PreferencePair] | str | os.PathLike) -> PreferenceData:
     """The `PreferenceData` of a source: itself, a list of pairs (no held-out set), or anything
     `load_preference_pairs` reads: its "train" split, and its "test" split when the source is a folder (or a
-    shipped name) that has one. The shipped "sentiment" pairs come with their sampling evaluation (VADER)."""
+    shipped name) that has one. (`tasks.registry.shipped_preference_data` adds a shipped set's evaluation.)"""
     if isinstance(source, PreferenceData):
         data = source
     elif isinstance(source, str | os.PathLike):
         folder = PREFERENCE_DATASETS.get(str(source), Path(source))
         test = load_preference_pairs(source, "test") if (folder / "test.jsonl").is_file() else None
-        evaluate = None
-        if str(source) == "sentiment":
-            from minirlhf.tasks.sentiment import evaluate_sentiment as evaluate
-        data = PreferenceData(load_preference_pairs(source, "train"), test, evaluate)
+        data = PreferenceData(load_preference_pairs(source, "train"), test)
     else:
         data = PreferenceData(source)
     if isinstance(data.train, list | tuple) and len(data.train) == 0:

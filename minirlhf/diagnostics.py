@@ -19,7 +19,7 @@ import warnings
 
 import torch
 
-from minirlhf.losses import kl_k1, masked_mean, masked_sum
+from minirlhf.losses import CONSTANT_GROUP_STD, kl_k1, masked_mean, masked_sum
 
 LOGP_TOLERANCE = 1e-3  # float32 recomputation differs by ~1e-6; bf16/fp16 autocast by up to ~1e-2
 ZERO_VARIANCE_LIMIT = 0.9  # warn when almost no group carries a signal (~40% is normal on arithmetic)
@@ -53,8 +53,9 @@ def check_logprobs(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tenso
 
 
 def zero_std_groups(rewards: torch.Tensor, group_size: int) -> float:
-    """The share of groups (consecutive runs of G rewards) whose rewards are all equal: their advantages are 0."""
-    return (rewards.view(-1, group_size).std(-1) < 1e-6).float().mean().item()
+    """The share of groups (consecutive runs of G rewards) whose rewards are all equal (std below
+    `losses.CONSTANT_GROUP_STD`, the rule `grpo_advantages` applies): their advantages are 0."""
+    return (rewards.view(-1, group_size).std(-1) < CONSTANT_GROUP_STD).float().mean().item()
 
 
 def check_groups(rewards: torch.Tensor, advantages: torch.Tensor | None, group_size: int) -> dict[str, float]:

@@ -53,6 +53,7 @@ GRPO_SCALES = ("group", "batch", "none")
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 IPO_NORMALISATIONS = ("sum", "mean")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+CONSTANT_GROUP_STD = 1e-4  # a group whose rewards' std is below this is constant: nothing to learn, advantages 0
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -149,13 +150,19 @@ def check_dpo_options(
     normalisation ("mean" for loss_type="ipo" only) and an NLL weight α >= 0."""
     _check_positive("beta", beta)
     _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
-    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
-    if label_smoothing and loss_type != "sigmoid":
-        raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
+    check_label_smoothing(label_smoothing, loss_type)
     _check_choice("ipo_normalisation", ipo_normalisation, IPO_NORMALISATIONS)
     if ipo_normalisation != "sum" and loss_type != "ipo":
         raise ValueError(f"ipo_normalisation only applies to loss_type='ipo', got {loss_type!r}")
     _check_positive("rpo_alpha", rpo_alpha, allow_zero=True)
+
+
+def check_label_smoothing(label_smoothing: float, loss_type: str) -> None:
+    """Label smoothing ls in [0, 0.5], and for the sigmoid (DPO) loss alone: the one loss of the family it is
+    defined for (every other loss type, in the DPO family or not, takes ls = 0)."""
+    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
+    if label_smoothing and loss_type != "sigmoid":
+        raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
 
 
 def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
@@ -465,7 +472,9 @@ def value_loss(
 # ----------------------------------------------------------------------------- GRPO
 
 
-def grpo_advantages(rewards: Tensor, group_size: int, scale: str = "group", eps: float = 1e-4) -> Tensor:
+def grpo_advantages(
+    rewards: Tensor, group_size: int, scale: str = "group", eps: float = CONSTANT_GROUP_STD
+) -> Tensor:
     """Group-relative advantages: compare each completion with the others of its prompt.
 
         Â_i = (R_i - mean(R_group)) / std(R_group)        scale="group" (GRPO)
@@ -669,11 +678,14 @@ def pair_accuracy(chosen_scores: Tensor, rejected_scores: Tensor) -> float:
 # (1/|y|) log p_θ(y|x) is the average token log-prob. Sequence log-probs are sums, as for `dpo_loss`.
 
 
-def _check_lengths(**lengths: Tensor) -> None:
-    """Every token count |y| must be at least 1: an average over an empty response is 0/0."""
-    for name, count in lengths.items():
-        if not (count >= 1).all():
-            raise ValueError(f"{name} must be >= 1 token for every sequence, got {count.min().item()}")
+def _check_length_normalised(**tensors: Tensor) -> None:
+    """The (B,) summed log-probs and token counts of a length-normalised loss: one shape, no inf/NaN, and every
+    token count |y| at least 1 (an average over an empty response is 0/0)."""
+    _check_same_shape(**tensors)
+    _check_real_tokens(None, **tensors)
+    for name in ("chosen_lengths", "rejected_lengths"):
+        if not (tensors[name] >= 1).all():
+            raise ValueError(f"{name} must be >= 1 token for every sequence, got {tensors[name].min().item()}")
 
 
 def simpo_loss(
@@ -695,7 +707,7 @@ def simpo_loss(
     losses (B,) and the rewards r(x, y_w), r(x, y_l), both (B,) and detached. TRL's CPOTrainer with
     loss_type="simpo" and cpo_alpha=0 writes the same loss as -log σ(β (Δ - γ/β)), Δ the difference of averages.
     """
-    _check_same_shape(
+    _check_length_normalised(
         policy_chosen_logps=policy_chosen_logps,
         policy_rejected_logps=policy_rejected_logps,
         chosen_lengths=chosen_lengths,
@@ -703,7 +715,6 @@ def simpo_loss(
     )
     _check_positive("beta", beta)
     _check_positive("gamma", gamma, allow_zero=True)
-    _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     chosen_rewards = beta * policy_chosen_logps / chosen_lengths  # (B,) r(x, y_w)
     rejected_rewards = beta * policy_rejected_logps / rejected_lengths  # (B,) r(x, y_l)
     losses = -F.logsigmoid(chosen_rewards - rejected_rewards - gamma)
@@ -741,14 +752,13 @@ def orpo_loss(
     TRL's ORPOTrainer (λ is its `beta`) differs in two places: its L_SFT is the cross-entropy averaged over every
     token of the batch's chosen sequences, prompt tokens included, and it logs λ (1/|y|) log p_θ(y|x) as rewards.
     """
-    _check_same_shape(
+    _check_length_normalised(
         policy_chosen_logps=policy_chosen_logps,
         policy_rejected_logps=policy_rejected_logps,
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
     _check_positive("lam", lam, allow_zero=True)
-    _check_lengths(chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
     chosen_avg = policy_chosen_logps / chosen_lengths  # (B,) log P_θ(y_w|x)
     rejected_avg = policy_rejected_logps / rejected_lengths  # (B,) log P_θ(y_l|x)
     if not ((chosen_avg < 0).all() and (rejected_avg < 0).all()):
@@ -792,6 +802,8 @@ def kto_loss(
         raise ValueError(f"desirable must be a bool tensor, got {desirable.dtype}")
     if policy_kl_logps.dim() != 1 or policy_kl_logps.numel() == 0:
         raise ValueError(f"policy_kl_logps must be (M,) with M >= 1, got shape {tuple(policy_kl_logps.shape)}")
+    _check_real_tokens(None, policy_logps=policy_logps, ref_logps=ref_logps, policy_kl_logps=policy_kl_logps,
+                       ref_kl_logps=ref_kl_logps)
     _check_positive("beta", beta)
     _check_positive("desirable_weight", desirable_weight)
     _check_positive("undesirable_weight", undesirable_weight)
@@ -854,7 +866,7 @@ def sequence_ratio(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
     return torch.exp(masked_mean(logp - old_logp, mask, dim=-1))  # (B,) s_i
 
 
-def informative_groups(rewards: Tensor, group_size: int, eps: float = 1e-4) -> Tensor:
+def informative_groups(rewards: Tensor, group_size: int, eps: float = CONSTANT_GROUP_STD) -> Tensor:
     """DAPO's dynamic-sampling filter: which groups of G completions of one prompt carry a learning signal.
 
         keep group g  ⇔  std(R_g) ≥ ε       (sample std of the G rewards, ε = ``eps``)

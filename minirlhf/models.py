@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -228,3 +230,21 @@ class ValueHead(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (B, T, d) -> (B, T)
         with torch.autocast(hidden_states.device.type, enabled=False):  # values/rewards in float32, also under bf16
             return self.summary(hidden_states.float()).squeeze(-1)
+
+
+def context_size(model: nn.Module) -> int | None:
+    """The most positions a model reads: its config's `n_positions` (GPT-2) or `max_position_embeddings` (most
+    others); a reward model's is its backbone's. None when the config names neither."""
+    config = getattr(model, "config", None) or getattr(getattr(model, "backbone", None), "config", None)
+    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """`model` in eval mode (dropout off) inside the block; its own mode, training or not, is restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)

@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from minirlhf.cuda_graphs import StaticDecoder, supports_static_decoding
 from minirlhf.logprobs import cache_keyword, logprobs_from_logits, position_ids_from_mask
+from minirlhf.models import context_size
 
 DECODERS = ("auto", "dynamic", "static", "graph")
 
@@ -95,8 +96,8 @@ def sample(
     prompt_ids, prompt_mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)  # (n, P)
     P = prompt_ids.shape[1]
     B = len(repeated)
-    max_positions = getattr(model.config, "n_positions", None) or model.config.max_position_embeddings
-    if int(prompt_mask.sum(-1).max()) + max_new_tokens > max_positions:
+    max_positions = context_size(model)
+    if max_positions is not None and int(prompt_mask.sum(-1).max()) + max_new_tokens > max_positions:
         raise ValueError(
             f"longest prompt ({int(prompt_mask.sum(-1).max())} tokens) + max_new_tokens ({max_new_tokens}) exceeds "
             f"the model's context of {max_positions} positions; shorten the prompts or max_new_tokens"

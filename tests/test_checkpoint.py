@@ -22,6 +22,7 @@ from minirlhf.tasks import Task, arithmetic
 from minirlhf.trainers.checkpoint import Checkpointer, find_checkpoint, list_checkpoints
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+from minirlhf.trainers.kto import train_kto
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
 from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
@@ -65,7 +66,7 @@ METHODS = {
             lambda c: train_dpo(PAIRS, c)[2], ["model"]),
     "kto": (DPOConfig, dict(loss_type="kto", batch_size=5, eval_every=2, eval_prompts=2, eval_samples=2,
                             max_new_tokens=4, progress=False),
-            lambda c: train_dpo(PAIRS, c)[2], ["model"]),
+            lambda c: train_kto(PAIRS, c)[2], ["model"]),
 }
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from minirlhf.models import SHIPPED, load_model
-from minirlhf.tasks import Task, arithmetic
-from minirlhf.trainers.common import History, call_reward
+from minirlhf.tasks import Task, arithmetic, call_reward
+from minirlhf.trainers.common import History
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
 

@@ -127,11 +127,11 @@ def test_bad_config_names_the_field(field, value):
 
 
 def test_config_defaults_are_valid_and_cli_knows_ppo():
-    from minirlhf.__main__ import _methods
+    from minirlhf.__main__ import _trainer
 
     config = PPOConfig()
     assert config.group_size == 1 and config.batch_size % config.minibatch_size == 0
-    assert _methods()["ppo"][0] is PPOConfig
+    assert _trainer("ppo")[0] is PPOConfig
     PPOConfig(cliprange_value=None, gamma=0.0, lam=1.0, beta=0.0)  # edge values are fine
 
 

@@ -31,7 +31,7 @@ from minirlhf.losses import (
     rloo_advantages,
     value_loss,
 )
-from minirlhf.tasks import arithmetic
+from minirlhf.tasks import arithmetic, call_reward
 from minirlhf.trainers.checkpoint import (
     LOCK_FILE,
     Checkpointer,
@@ -42,7 +42,7 @@ from minirlhf.trainers.checkpoint import (
     release_run_folder,
     saved_config,
 )
-from minirlhf.trainers.common import History, call_reward, optimizer_step
+from minirlhf.trainers.common import History, optimizer_step
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.guard import NonFiniteError, check_gradients
 from minirlhf.trainers.reward_model import train_reward_model

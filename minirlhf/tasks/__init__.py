@@ -1,15 +1,25 @@
 """Tasks: where prompts come from, how completions are scored, and how a policy is evaluated.
 
+The contract lives here: a `Task` (prompts, a `RewardFn`, a budget, an evaluation (model, tokenizer) -> dict) and
+`call_reward`, the one call that checks a reward function's answer. `registry` names the shipped tasks and pairs.
+
 - `arithmetic`: the verifiable-reward task (exact-answer reward) for REINFORCE/RLOO, PPO and GRPO.
 - `reviews` + `sentiment`: the preference task (continue a review positively), scored by VADER.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
+import torch
+
+RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,44 @@ class Task:
     # (n, rng) -> n training prompts: strings, or rows {"prompt": str, column: value, ...} whose other columns
     # reach the reward function as keyword lists (one value per completion), as in TRL
     train_prompts: Callable[[int, random.Random], list[str] | list[dict[str, Any]]]
-    reward_fn: Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
+    reward_fn: RewardFn  # reward_fn(prompts, completions, **columns) -> one float each
     max_new_tokens: int  # response budget when sampling
     evaluate: Callable[..., dict[str, float]] | None = None  # (model, tokenizer) -> held-out metrics; None = none
+
+
+def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str], **columns: Any) -> torch.Tensor:
+    """R(x, y) for a batch, checked: one finite float per completion, or a ValueError naming the function."""
+    name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
+    rewards = reward_fn(prompts, completions, **columns)
+    if rewards is None:
+        raise ValueError(f"reward function {name} returned None instead of a list of {len(completions)} floats")
+    if isinstance(rewards, torch.Tensor | np.ndarray):
+        rewards = rewards.tolist()
+    if isinstance(rewards, numbers.Number | str) or not isinstance(rewards, Iterable):
+        raise ValueError(f"reward function {name} returned a single {type(rewards).__name__} ({rewards!r}) instead "
+                         f"of a list of {len(completions)} floats, one per completion")
+    rewards = list(rewards)
+    if len(rewards) != len(completions):
+        raise ValueError(f"reward function {name} returned {len(rewards)} rewards for {len(completions)} completions")
+    for i, r in enumerate(rewards):
+        r = r.item() if isinstance(r, torch.Tensor | np.generic) else r  # a numpy or 0-d torch number counts
+        # float32 is what the losses compute in: a reward beyond its range (±3.4e38) would become inf there
+        if r is None or not isinstance(r, int | float) or not _fits_float32(r):
+            raise ValueError(
+                f"reward function {name} returned {_short(r)} for completion {i} ({completions[i]!r}); "
+                "every reward must be a finite number within float32's range (|R| < 3.4e38)"
+            )
+        rewards[i] = float(r)
+    return torch.tensor(rewards, dtype=torch.float32)
+
+
+def _fits_float32(value: int | float) -> bool:
+    try:
+        return math.isfinite(value) and abs(float(value)) <= torch.finfo(torch.float32).max
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"

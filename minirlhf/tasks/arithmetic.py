@@ -22,6 +22,7 @@ from minirlhf.tasks import Task
 
 MAX_OPERAND = 100  # operands are drawn from range(MAX_OPERAND)
 TEST_FRACTION = 0.1  # share of all 10 000 problems held out for evaluation
+MAX_NEW_TOKENS = 5  # three answer digits, EOS, and one token of slack to see what a model adds
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,6 @@ def accuracy(model, tokenizer, held_out: list[Problem] | None = None, batch_size
         correct += sum(correctness_reward(prompts, rollout.completions))
     return correct / len(held_out)
 
-
-MAX_NEW_TOKENS = 5  # three answer digits, EOS, and one token of slack to see what a model adds
 
 
 def task() -> Task:

@@ -26,8 +26,7 @@ from typing import Any
 
 import torch
 
-from minirlhf.tasks import Task
-from minirlhf.trainers.common import RewardFn, call_reward
+from minirlhf.tasks import RewardFn, Task, call_reward
 
 MAX_NEW_TOKENS = 32  # response budget of a task of your own unless --max-new-tokens says otherwise (fits `tiny`)
 

@@ -1,5 +1,5 @@
 """What every trainer shares: the config base, seeding, loading the policy, the optimizer step, the metrics
-history, checked reward calls, and `Run`: the plumbing around a trainer's loop (evaluation, updates, logging,
+history, and `Run`: the plumbing around a trainer's loop (evaluation, updates, logging,
 checkpoints) in one place, so that the loop itself shows only its algorithm."""
 
 from __future__ import annotations
@@ -15,18 +15,28 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
-from minirlhf.models import check_tokenizer, load_model
+from minirlhf.models import check_tokenizer, eval_mode, load_model
 from minirlhf.precision import PRECISIONS
-from minirlhf.trainers.checkpoint import Checkpointer, RandomSource, release_run_folder, run_folder
+from minirlhf.tasks.registry import task_identity
+from minirlhf.trainers.checkpoint import (
+    Checkpointer,
+    RandomSource,
+    release_run_folder,
+    run_folder,
+    saved_config,
+)
 from minirlhf.trainers.guard import check_gradients, check_weights, finite_row
 
-RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
+
+def spelled(default: Any, metavar: str) -> Any:
+    """A config field whose `--help` shows the values it takes as `metavar` (e.g. "FILE.jsonl|dataset-name")."""
+    return field(default=default, metadata={"metavar": metavar})
 
 
 def choice(default: str, choices: Sequence[str]) -> Any:
@@ -55,6 +65,9 @@ class TrainConfig:
     keep_checkpoints: int = 2  # the newest N checkpoints are kept, older ones deleted
     resume: str | None = None  # continue from a checkpoint folder, or from a run's out_dir (its latest checkpoint)
     overwrite: bool = False  # a fresh run may delete the results of an earlier run in out_dir (else: an error)
+
+    # the fields that say what the run learns from (online methods, SFT): `require_same_task` holds a resume to them
+    task_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         if self.resume is not None and self.out_dir is None:
@@ -95,11 +108,14 @@ def require_types(config: Any) -> None:
         allowed = typing.get_args(declared) if typing.get_origin(declared) in (typing.Union, types.UnionType) \
             else (declared,)
         if not any(_is_a(value, t) for t in allowed):
-            expected = " or ".join("None" if t is type(None) else t.__name__ for t in allowed)
+            expected = " or ".join("None" if t is type(None) else str(t) if typing.get_args(t) else t.__name__
+                                   for t in allowed)
             raise ValueError(f"{type(config).__name__}.{f.name} must be {expected}, got {value!r}")
 
 
 def _is_a(value: Any, declared: type) -> bool:
+    if typing.get_origin(declared) is list:  # list[str], list[float]: a list of such values
+        return isinstance(value, list) and all(_is_a(item, typing.get_args(declared)[0]) for item in value)
     if declared is type(None):
         return value is None
     if isinstance(value, bool) or declared is bool:  # bool is an int in python, but not a number of steps
@@ -137,6 +153,22 @@ def require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
     value = getattr(config, name)
     if value not in choices:
         raise ValueError(f"{type(config).__name__}.{name} must be one of {list(choices)}, got {value!r}")
+
+
+def require_same_task(config: TrainConfig) -> None:
+    """A resumed run continues on what it learned from: its config.json recorded `config.task_fields`, and a
+    resume that names another task, other prompts or other rewards is refused (start a fresh run for those)."""
+    if config.resume is None or not config.task_fields:
+        return
+    saved = saved_config(config.resume)
+    if not any(name in saved for name in config.task_fields):  # a run saved before tasks were recorded
+        return
+    before = task_identity({name: saved.get(name) for name in config.task_fields})
+    now = task_identity({name: getattr(config, name) for name in config.task_fields})
+    changed = [f"{name} {before[name]!r} -> {now[name]!r}" for name in before if before[name] != now[name]]
+    if changed:
+        raise ValueError(f"--resume {config.resume}: that run learned from another task ({'; '.join(changed)}); a "
+                         "resume continues on its own task: drop --task/--prompts/--reward, or start a fresh run")
 
 
 def config_fields(config_cls: type) -> list[str]:
@@ -203,44 +235,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str], **columns: Any) -> torch.Tensor:
-    """R(x, y) for a batch, checked: one finite float per completion, or a ValueError naming the function."""
-    name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
-    rewards = reward_fn(prompts, completions, **columns)
-    if rewards is None:
-        raise ValueError(f"reward function {name} returned None instead of a list of {len(completions)} floats")
-    if isinstance(rewards, torch.Tensor | np.ndarray):
-        rewards = rewards.tolist()
-    if isinstance(rewards, numbers.Number | str) or not isinstance(rewards, Iterable):
-        raise ValueError(f"reward function {name} returned a single {type(rewards).__name__} ({rewards!r}) instead "
-                         f"of a list of {len(completions)} floats, one per completion")
-    rewards = list(rewards)
-    if len(rewards) != len(completions):
-        raise ValueError(f"reward function {name} returned {len(rewards)} rewards for {len(completions)} completions")
-    for i, r in enumerate(rewards):
-        r = _plain(r)  # a numpy or 0-d torch number counts as a number
-        # float32 is what the losses compute in: a reward beyond its range (±3.4e38) would become inf there
-        if r is None or not isinstance(r, int | float) or not _fits_float32(r):
-            raise ValueError(
-                f"reward function {name} returned {_short(r)} for completion {i} ({completions[i]!r}); "
-                "every reward must be a finite number within float32's range (|R| < 3.4e38)"
-            )
-        rewards[i] = float(r)
-    return torch.tensor(rewards, dtype=torch.float32)
-
-
-def _fits_float32(value: int | float) -> bool:
-    try:
-        return math.isfinite(value) and abs(float(value)) <= torch.finfo(torch.float32).max
-    except OverflowError:  # an int too large for a float
-        return False
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
-
-
 def load_policy(config: TrainConfig, model: nn.Module | None = None, tokenizer=None) -> tuple[nn.Module, Any]:
     """The model to train and its tokenizer: the ones given, or `config.model` loaded; checked to fit each other."""
     if model is None:
@@ -280,15 +274,16 @@ def optimizer_step(
     return grad_norm
 
 
+EVAL_PREFIX = "eval/"  # held-out metrics are logged as eval/<name>, beside the training metrics of the same name
+
+
 def held_out_metrics(evaluate: Callable[..., dict[str, float]] | None, model: nn.Module, tokenizer) -> dict:
-    """`evaluate(model, tokenizer)` in eval mode, keys prefixed "eval/"; the model's mode is restored after."""
+    """`evaluate(model, tokenizer)` in eval mode, keys prefixed "eval/"; the model's mode is restored after. Every
+    trainer's held-out evaluation goes through here (one evaluation shape: (model, tokenizer) -> dict)."""
     if evaluate is None:
         return {}
-    was_training = model.training
-    model.eval()
-    metrics = {f"eval/{k}": v for k, v in evaluate(model, tokenizer).items()}
-    model.train(was_training)
-    return metrics
+    with eval_mode(model):
+        return {f"{EVAL_PREFIX}{k}": v for k, v in evaluate(model, tokenizer).items()}
 
 
 def progress(iterable, enabled: bool, desc: str):

@@ -12,30 +12,22 @@ DAPO / Dr. GRPO) only p_θ is in memory: the reference copy is not even made; wi
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from minirlhf.diagnostics import zero_std_groups
-from minirlhf.distributed import setup_runtime
 from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, check_group_size, grpo_advantages, grpo_loss, masked_mean
 from minirlhf.tasks import Task
 from minirlhf.trainers.common import (
-    Run,
     choice,
-    held_out_metrics,
-    make_optimizer,
     require,
     require_positive,
-    set_seed,
 )
 from minirlhf.trainers.online import (
     OnlineConfig,
-    collect,
     diagnose,
     experience_metrics,
-    minibatches,
     policy_logprobs,
-    setup_policy,
+    start_online,
 )
 
 
@@ -58,23 +50,19 @@ class GRPOConfig(OnlineConfig):
         require(self, check_group_size, "group_size")
 
 
-def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
+def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ with GRPO on `task`. Returns (model, tokenizer, history)."""
-    config = config or GRPOConfig()
-    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
-    generator = set_seed(config.seed)
-    rng = random.Random(config.seed)
-    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
-    optimizer = make_optimizer(model.parameters(), config.lr)
-    train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
-    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
-    run = Run(config, runtime, optimizer, model.parameters(), {"prompts": rng, "sampling": generator}, evaluate,
-              callbacks, model=model)
+    # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
+    # (config.task when none is given), device and processes, seeds and the two random streams (prompts, samples),
+    # p_θ and p_ref, AdamW, the DDP-wrapped model the update runs through, the held-out evaluation, and `Run`
+    # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
+    s = start_online(task, config or GRPOConfig(), model, tokenizer, callbacks)
+    config, runtime, run, model = s.config, s.runtime, s.run, s.model
 
     for step in run.steps("grpo"):
         metrics = run.evaluate(step)
         # 1. sample a group of G completions per prompt from p_θold and score them
-        exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
+        exp = s.collect()
         metrics |= experience_metrics(exp) | {"zero_std_groups": zero_std_groups(exp.rewards, config.group_size)}
         # 2. group-normalised advantages Â_i, one per completion (B,), from the rewards of the global batch
         all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
@@ -85,9 +73,9 @@ def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokeniz
         if config.debug:
             metrics |= diagnose(model, exp, config, group_advantages=advantages)
         for _ in range(config.epochs):
-            for rows in minibatches(config.batch_size, config.minibatch_size, generator, runtime):
+            for rows in s.minibatches():
                 with runtime.autocast():
-                    logp, entropy = policy_logprobs(train_model, exp, rows, config.temperature)  # (b, N)
+                    logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
                 ref_logp = exp.ref_logp[rows] if exp.ref_logp is not None else None
                 loss, stats = grpo_loss(
                     logp, exp.old_logp[rows], ref_logp, advantages[rows], exp.mask[rows],
@@ -101,5 +89,5 @@ def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokeniz
         model.eval()
         run.log(step, metrics)
 
-    run.finish(model, tokenizer)  # the policy after the last update
-    return model, tokenizer, run.history
+    run.finish(model, s.tokenizer)  # the policy after the last update
+    return model, s.tokenizer, run.history

@@ -11,13 +11,12 @@ Here the examples come from the shipped pairs, split by `data.unpaired_examples`
 shuffled one by one so that a batch rarely holds both halves of a pair. A step takes 2B examples (as many
 sequences as a DPO step of B pairs) and 2B mismatched ones for z_ref. Each example's mismatched completion is
 drawn once, before training, from an example with a different prompt (a pair's two halves share their prompt, so
-its partner would not do). `train_dpo` hands over here when `loss_type="kto"`; held-out evaluation is the DPO
+its partner would not do). `python -m minirlhf dpo --loss-type kto` comes here; held-out evaluation is the DPO
 trainer's, on pairs.
 """
 
 from __future__ import annotations
 
-import math
 import random
 
 import torch
@@ -26,17 +25,13 @@ from minirlhf.data import (
     PreferenceData,
     PreferencePair,
     UnpairedExample,
-    check_pair_lengths,
     encode_prompt_completion,
-    preference_data,
     unpaired_examples,
 )
-from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
 from minirlhf.losses import kto_loss
-from minirlhf.models import disable_dropout, frozen_copy
-from minirlhf.trainers.common import Run, load_policy, make_optimizer, set_seed
-from minirlhf.trainers.dpo import DPOConfig, all_pair_logps, evaluate_preferences
+from minirlhf.models import frozen_copy
+from minirlhf.trainers.preference import DPOConfig, next_rows, preference_run, start_preference
 
 
 def mismatched_partners(examples: list[UnpairedExample], rng: random.Random) -> list[int]:
@@ -79,15 +74,12 @@ def train_kto(
     config = config or DPOConfig(loss_type="kto")
     if config.loss_type != "kto":
         raise ValueError(f"train_kto needs DPOConfig(loss_type='kto'), got loss_type={config.loss_type!r}")
-    data = preference_data(config.pairs if data is None else data)
-    runtime, config = setup_runtime(config)
-    set_seed(config.seed)
-    rng = random.Random(config.seed)
-    model, tokenizer = load_policy(config, model, tokenizer)
-    disable_dropout(model)
-    max_length = config.max_length or getattr(model.config, "n_positions", None)
-    check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
-    steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
+    # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
+    # without dropout, the context size and the length check, epochs -> steps.
+    s = start_preference(data, config, model, tokenizer)
+    config, runtime, model, tokenizer, data = s.config, s.runtime, s.model, s.tokenizer, s.data
+    max_length = s.max_length
+    rng = s.rng
     examples = unpaired_examples(data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
     partners = mismatched_partners(examples, rng)  # example j's z_ref term scores (x_j, y of example partners[j])
     prompts = [e.prompt for e in examples]
@@ -97,7 +89,6 @@ def train_kto(
     device = next(model.parameters()).device
 
     # p_ref: log-probs of every example and its mismatched pair, computed now, or a frozen copy in memory.
-    model.eval()
     if config.precompute_ref:
         ref = None
         with torch.inference_mode(), runtime.autocast():
@@ -108,22 +99,11 @@ def train_kto(
             )  # (2N,) each
     else:
         ref = frozen_copy(model)
-    test_ref = (None, None)
-    if data.test and config.eval_every:
-        test_ref = all_pair_logps(model, tokenizer, data.test, max_length)  # p_ref is fixed: score them once
-
-    def evaluate() -> dict[str, float]:
-        return evaluate_preferences(model, tokenizer, ref, data, test_ref, config, max_length)
-
-    optimizer = make_optimizer(model.parameters(), config.lr)
-    train_model = runtime.prepare(model)
-    run = Run(config, runtime, optimizer, model.parameters(), {"order": rng}, evaluate, callbacks, model=model)
+    run, train_model = preference_run(s, ref, callbacks)  # held-out p_ref, evaluation, AdamW, Run
     order: list[int] = run.loop_state.get("order", [])  # examples of this epoch not yet used
-    model.train()
-    for step in run.steps("kto", steps):
+    for step in run.steps("kto", s.steps):
         metrics = run.evaluate(step)
-        order = order or rng.sample(range(len(examples)), len(examples))  # a fresh shuffle every epoch
-        rows = [order.pop() for _ in range(min(2 * config.batch_size, len(order)))]
+        rows, order = next_rows(order, 2 * config.batch_size, len(examples), rng)  # a fresh shuffle every epoch
         rows = runtime.shard(rows)
         x = [prompts[i] for i in rows]
         y = [completions[i] for i in rows]
@@ -160,6 +140,6 @@ def train_kto(
         }
         run.log(step, metrics, order=order)
 
-    run.finish(model, tokenizer, steps)  # the final policy, after the last update
+    run.finish(model, tokenizer, s.steps)  # the final policy, after the last update
     model.eval()
     return model, tokenizer, run.history

@@ -1,4 +1,5 @@
-"""What the online methods (REINFORCE/RLOO, PPO, GRPO) share: the config, and one "collect" step.
+"""What the online methods (REINFORCE/RLOO, PPO, GRPO) share: the config, one set-up (`start_online`), and one
+"collect" step.
 
     prompts -> sample G completions each (p_θold, KV cache) -> R(x, y) -> log p_ref (when β > 0)
 
@@ -7,28 +8,35 @@ Everything returned is cut to the response columns [P, P + N), so the losses see
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from minirlhf import diagnostics
-from minirlhf.distributed import Runtime
+from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import kl_k1, masked_sum
-from minirlhf.models import disable_dropout, frozen_copy
+from minirlhf.models import ValueHead, disable_dropout, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
-from minirlhf.tasks import Task
+from minirlhf.tasks import Task, call_reward
+from minirlhf.tasks.registry import resolve_task
 from minirlhf.trainers.common import (
+    Run,
     TrainConfig,
-    call_reward,
+    held_out_metrics,
     load_policy,
+    make_optimizer,
     require_choice,
     require_non_negative,
     require_positive,
+    require_same_task,
+    set_seed,
+    spelled,
 )
 
 
@@ -44,6 +52,18 @@ class OnlineConfig(TrainConfig):
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
+    # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped task
+    # (arithmetic; sentiment: VADER is the reward) or a module:function / path.py:function of yours that returns a
+    # Task; None = arithmetic, unless prompts are given
+    task: str | None = spelled(None, "arithmetic|sentiment|module:function|path.py:function")
+    # your prompts instead of a task: a FILE.jsonl or a dataset name, one object per row with a "prompt"; its other
+    # fields reach the reward functions as keyword lists
+    prompts: str | None = spelled(None, "FILE.jsonl|dataset-name")
+    # for prompts: reward functions (prompts, completions, **columns) -> list[float]; several are summed
+    reward: list[str] | None = spelled(None, "module:function|path.py:function")
+    reward_weights: list[float] | None = spelled(None, "W")  # one weight per reward: R = Σ_k w_k R_k (None: 1 each)
+
+    task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts", "reward", "reward_weights")
 
     def validate(self) -> None:
         super().validate()
@@ -63,6 +83,75 @@ class OnlineConfig(TrainConfig):
     @property
     def batch_size(self) -> int:
         return self.prompts_per_step * self.group_size
+
+
+def online_task(task: Task | None, config: OnlineConfig) -> tuple[Task, OnlineConfig]:
+    """The task to learn from and the config that records it: the `task` given (its name goes into config.task
+    when the config names none, so that a resume can compare), else the one config.task or config.prompts names
+    (`tasks.registry.resolve_task`). A resume that names another task than its run's is refused."""
+    if task is None:
+        task = resolve_task(config)
+    elif config.task is None and config.prompts is None:
+        config = dataclasses.replace(config, task=task.name)
+    require_same_task(config)
+    return task, config
+
+
+@dataclass
+class OnlineStart:
+    """What an online trainer starts from (`start_online`): the one preamble of REINFORCE/RLOO, GRPO and PPO."""
+
+    task: Task
+    config: OnlineConfig  # as the runtime adjusted it (this process's share, the resolved device)
+    runtime: Runtime
+    run: Run  # evaluation, updates, logging, checkpoints, resume
+    model: nn.Module  # p_θ
+    tokenizer: PreTrainedTokenizerBase
+    ref: nn.Module | None  # p_ref (None when β = 0)
+    train_model: nn.Module  # what the update runs through: p_θ, DDP-wrapped under several processes
+    value_head: nn.Module | None  # V(s_t) (PPO), and what its update runs through
+    train_value_head: nn.Module | None
+    rng: random.Random  # draws the prompts
+    generator: torch.Generator  # draws the samples, and the minibatch order
+
+    def collect(self) -> Experience:
+        """A fresh batch of this process's share of the step's prompts: sampled, scored, with log p_ref."""
+        return collect(self.model, self.tokenizer, self.ref, self.task, self.config, self.rng, self.generator,
+                       self.runtime)
+
+    def minibatches(self) -> list[torch.Tensor]:
+        """This step's minibatches of row indices (`minibatches`): shuffled, this process's rows."""
+        return minibatches(self.config.batch_size, self.config.minibatch_size, self.generator, self.runtime)
+
+
+def start_online(
+    task: Task | None,
+    config: OnlineConfig,
+    model: nn.Module | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    callbacks=(),
+    value_head: bool = False,
+) -> OnlineStart:
+    """The set-up every online trainer shares, in this order (the order the random streams are drawn in): the task
+    (`online_task`), the runtime (device, precision, processes), the seeds and the two random streams, p_θ and p_ref
+    (`setup_policy`), a value head when asked, AdamW over what is trained, the modules the update runs through,
+    the held-out evaluation (`held_out_metrics` of task.evaluate) and the `Run`."""
+    task, config = online_task(task, config)
+    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
+    generator = set_seed(config.seed)
+    rng = random.Random(config.seed)
+    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    modules = {"model": model}
+    if value_head:  # V(s_t), starts at 0 everywhere
+        modules["value_head"] = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
+    params = [p for module in modules.values() for p in module.parameters()]
+    optimizer = make_optimizer(params, config.lr)
+    trained = {name: runtime.prepare(module) for name, module in modules.items()}  # DDP under several processes
+    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
+    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator}, evaluate, callbacks,
+              **modules)
+    return OnlineStart(task, config, runtime, run, model, tokenizer, ref, trained["model"], modules.get("value_head"),
+                       trained.get("value_head"), rng, generator)
 
 
 def setup_policy(

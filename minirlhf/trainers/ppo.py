@@ -29,7 +29,6 @@ is wrong). λ in between trades the two. γ = 1 is natural here: episodes are a 
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +36,6 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import forward_logits, logprobs_on_response
 from minirlhf.losses import (
     check_gae,
@@ -51,25 +49,18 @@ from minirlhf.losses import (
     token_rewards,
     value_loss,
 )
-from minirlhf.models import ValueHead
 from minirlhf.tasks import Task
 from minirlhf.trainers.common import (
-    Run,
-    held_out_metrics,
-    make_optimizer,
     require,
     require_non_negative,
     require_positive,
-    set_seed,
 )
 from minirlhf.trainers.online import (
     Experience,
     OnlineConfig,
-    collect,
     diagnose,
     experience_metrics,
-    minibatches,
-    setup_policy,
+    start_online,
 )
 
 
@@ -118,30 +109,23 @@ def policy_forward(
     return exp.response(logp), exp.response(entropy), values
 
 
-def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
+def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ (and its value head) with PPO on `task`. Returns (model, tokenizer, history).
 
     The value head is not part of the returned model; with `out_dir` it is saved as value_head.safetensors.
     """
-    config = config or PPOConfig()
-    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
-    generator = set_seed(config.seed)
-    rng = random.Random(config.seed)
-    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
-    device = next(model.parameters()).device
-    value_head = ValueHead(model.config.hidden_size).to(device)  # V(s_t), starts at 0 everywhere
-    params = list(model.parameters()) + list(value_head.parameters())
-    optimizer = make_optimizer(params, config.lr)
-    train_model, train_head = runtime.prepare(model), runtime.prepare(value_head)  # DDP under several processes
-    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
-    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator}, evaluate, callbacks,
-              model=model, value_head=value_head)
+    # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
+    # (config.task when none is given), device and processes, seeds and the two random streams (prompts, samples),
+    # p_θ and p_ref, AdamW, the DDP-wrapped model the update runs through, the held-out evaluation, and `Run`
+    # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
+    s = start_online(task, config or PPOConfig(), model, tokenizer, callbacks, value_head=True)
+    config, runtime, run, model, value_head = s.config, s.runtime, s.run, s.model, s.value_head
     all_rows = torch.arange(config.batch_size // runtime.world_size)  # this process's rows
 
     for step in run.steps("ppo"):
         metrics = run.evaluate(step)
         # 1. sample y ~ p_θold, score R(x, y), record log p_θold (from sampling) and log p_ref
-        exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
+        exp = s.collect()
         mask = exp.mask  # (B, N)
         with torch.no_grad():
             # V_old(s_t), once per batch: the baseline of GAE and the anchor of value clipping
@@ -166,9 +150,10 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
         if config.debug:
             metrics |= diagnose(model, exp, config)
         for _ in range(config.epochs):
-            for rows in minibatches(config.batch_size, config.minibatch_size, generator, runtime):
+            for rows in s.minibatches():
                 with runtime.autocast():
-                    logp, entropy, values = policy_forward(train_model, train_head, exp, rows, config.temperature)
+                    logp, entropy, values = policy_forward(s.train_model, s.train_value_head, exp, rows,
+                                                           config.temperature)
                 m = mask[rows]
                 policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps)
                 v_loss = value_loss(values, old_values[rows], returns[rows], m, clip=config.cliprange_value)
@@ -183,7 +168,7 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
         model.eval()
         run.log(step, metrics)
 
-    out = run.finish(model, tokenizer)  # the policy after the last update
+    out = run.finish(model, s.tokenizer)  # the policy after the last update
     if out is not None:
         save_file(value_head.state_dict(), str(Path(out) / "value_head.safetensors"))
-    return model, tokenizer, run.history
+    return model, s.tokenizer, run.history

@@ -13,10 +13,8 @@ One pass over each batch of fresh samples (REINFORCE is on-policy: no ratio, no 
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
-from minirlhf.distributed import setup_runtime
 from minirlhf.losses import (
     check_ema_decay,
     check_group_size,
@@ -27,15 +25,13 @@ from minirlhf.losses import (
     rloo_advantages,
 )
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import Run, choice, held_out_metrics, make_optimizer, require, set_seed
+from minirlhf.trainers.common import choice, require
 from minirlhf.trainers.online import (
     OnlineConfig,
-    collect,
     diagnose,
     experience_metrics,
-    minibatches,
     policy_logprobs,
-    setup_policy,
+    start_online,
 )
 
 BASELINES = ("none", "ema", "rloo")
@@ -56,23 +52,21 @@ class ReinforceConfig(OnlineConfig):
         require(self, check_ema_decay, "ema_decay")
 
 
-def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()):
+def train_reinforce(
+    task: Task | None = None, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()
+):
     """Train p_θ with REINFORCE (+ baseline) on `task`. Returns (model, tokenizer, history)."""
-    config = config or ReinforceConfig()
-    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
-    generator = set_seed(config.seed)
-    rng = random.Random(config.seed)
-    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
-    optimizer = make_optimizer(model.parameters(), config.lr)
-    train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
-    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
-    run = Run(config, runtime, optimizer, model.parameters(), {"prompts": rng, "sampling": generator}, evaluate,
-              callbacks, model=model)
+    # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
+    # (config.task when none is given), device and processes, seeds and the two random streams (prompts, samples),
+    # p_θ and p_ref, AdamW, the DDP-wrapped model the update runs through, the held-out evaluation, and `Run`
+    # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
+    s = start_online(task, config or ReinforceConfig(), model, tokenizer, callbacks)
+    config, runtime, run, model = s.config, s.runtime, s.run, s.model
     ema = run.loop_state.get("ema")  # the moving-average baseline b (baseline="ema")
 
     for step in run.steps(f"reinforce[{config.baseline}]"):
         metrics = run.evaluate(step)
-        exp = collect(model, tokenizer, ref, task, config, rng, generator, runtime)
+        exp = s.collect()
         metrics |= experience_metrics(exp)
         # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees, over the global batch  (B,)
         shaped = runtime.gather(kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, config.beta))
@@ -90,14 +84,14 @@ def train_reinforce(task: Task, config: ReinforceConfig | None = None, model=Non
         model.train()
         if config.debug:
             metrics |= diagnose(model, exp, config, group_advantages=advantages if config.baseline == "rloo" else None)
-        for rows in minibatches(config.batch_size, config.minibatch_size, generator, runtime):
+        for rows in s.minibatches():
             with runtime.autocast():
-                logp, entropy = policy_logprobs(train_model, exp, rows, config.temperature)  # (b, N)
+                logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
             loss = reinforce_loss(logp, advantages[rows], exp.mask[rows])  # -E[Â · log p_θ(y|x)]
             loss, grad_norm = run.update(loss)
             run.add(loss=loss, grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         model.eval()
         run.log(step, metrics, ema=ema)
 
-    run.finish(model, tokenizer)
-    return model, tokenizer, run.history
+    run.finish(model, s.tokenizer)
+    return model, s.tokenizer, run.history

@@ -36,9 +36,17 @@ from minirlhf.data import (
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import position_ids_from_mask
 from minirlhf.losses import bradley_terry_loss, pair_accuracy
-from minirlhf.models import ValueHead, load_model, load_tokenizer
+from minirlhf.models import ValueHead, context_size, eval_mode, load_model, load_tokenizer
 from minirlhf.trainers.checkpoint import release_run_folder
-from minirlhf.trainers.common import Run, TrainConfig, make_optimizer, require_positive, set_seed
+from minirlhf.trainers.common import (
+    Run,
+    TrainConfig,
+    held_out_metrics,
+    make_optimizer,
+    require_positive,
+    set_seed,
+)
+from minirlhf.trainers.preference import next_rows
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -87,17 +95,15 @@ class RewardModel(nn.Module):
         tokenizer = tokenizer or self.tokenizer
         if tokenizer is None:
             raise ValueError("RewardModel.score needs a tokenizer: pass tokenizer=... or build the model with one")
-        was_training = self.training
-        self.eval()
         device = next(self.parameters()).device
-        max_length = max_length or _context_size(self)
+        max_length = max_length or context_size(self)
         scores = []
-        for i in range(0, len(prompts), batch_size):
-            batch = encode_prompt_completion(
-                tokenizer, prompts[i : i + batch_size], completions[i : i + batch_size], max_length=max_length
-            )
-            scores += self(batch["input_ids"].to(device), batch["attention_mask"].to(device)).tolist()
-        self.train(was_training)
+        with eval_mode(self):
+            for i in range(0, len(prompts), batch_size):
+                batch = encode_prompt_completion(
+                    tokenizer, prompts[i : i + batch_size], completions[i : i + batch_size], max_length=max_length
+                )
+                scores += self(batch["input_ids"].to(device), batch["attention_mask"].to(device)).tolist()
         return scores
 
     def save(self, directory: str | Path) -> Path:
@@ -124,11 +130,6 @@ class RewardModel(nn.Module):
         return model.to(device).eval()
 
 
-def _context_size(model: nn.Module) -> int | None:
-    config = model.backbone.config if isinstance(model, RewardModel) else model.config
-    return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
-
-
 @dataclass
 class RewardModelConfig(TrainConfig):
     model: str = "tiny"  # the backbone: for the sentiment task the base model (the SFT-policy analogue)
@@ -151,7 +152,7 @@ def pair_scores(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RM(x, y_w) and RM(x, y_l), each (B,), from ONE forward over the 2B concatenated sequences."""
     device = next(reward_model.parameters()).device
-    batch = encode_preference_pairs(tokenizer, pairs, max_length=max_length or _context_size(reward_model))
+    batch = encode_preference_pairs(tokenizer, pairs, max_length=max_length or context_size(reward_model))
     scores = reward_model(batch["input_ids"].to(device), batch["attention_mask"].to(device))  # (2B,)
     return scores[: len(pairs)], scores[len(pairs) :]
 
@@ -161,14 +162,12 @@ def evaluate_pairs(
     reward_model: RewardModel, tokenizer, pairs: list[PreferencePair], batch_size: int = 256, max_length=None
 ) -> dict[str, float]:
     """Held-out pair accuracy (see `pair_accuracy`), Bradley-Terry loss and mean margin RM(y_w) - RM(y_l)."""
-    was_training = reward_model.training
-    reward_model.eval()
     chosen, rejected = [], []
-    for i in range(0, len(pairs), batch_size):
-        c, r = pair_scores(reward_model, tokenizer, pairs[i : i + batch_size], max_length)
-        chosen.append(c)
-        rejected.append(r)
-    reward_model.train(was_training)
+    with eval_mode(reward_model):
+        for i in range(0, len(pairs), batch_size):
+            c, r = pair_scores(reward_model, tokenizer, pairs[i : i + batch_size], max_length)
+            chosen.append(c)
+            rejected.append(r)
     chosen, rejected = torch.cat(chosen), torch.cat(rejected)
     return {
         "accuracy": pair_accuracy(chosen, rejected),
@@ -199,14 +198,15 @@ def train_reward_model(
     set_seed(config.seed)
     reward_model = model or RewardModel.from_pretrained_lm(config.model, device=config.device)
     tokenizer = tokenizer or reward_model.tokenizer
-    max_length = config.max_length or _context_size(reward_model)
+    max_length = config.max_length or context_size(reward_model)
     check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
     optimizer = make_optimizer(reward_model.parameters(), config.lr)
     train_model = runtime.prepare(reward_model)  # what the update runs through: DDP-wrapped under several processes
     rng = random.Random(config.seed)
 
     def evaluate() -> dict[str, float]:
-        return {f"eval/{k}": v for k, v in evaluate_pairs(reward_model, tokenizer, data.test).items()}
+        return held_out_metrics(lambda m, t: evaluate_pairs(m, t, data.test, max_length=max_length), reward_model,
+                                tokenizer)
 
     run = Run(config, runtime, optimizer, reward_model.parameters(), {"order": rng}, evaluate if data.test else None,
               callbacks, model=reward_model)
@@ -215,9 +215,8 @@ def train_reward_model(
     reward_model.train()
     for step in run.steps("reward model"):
         metrics = run.evaluate(step)
-        order = order or rng.sample(range(len(data.train)), len(data.train))  # a fresh shuffle every epoch
-        batch = [data.train[order.pop()] for _ in range(min(config.batch_size, len(order)))]
-        batch = runtime.shard(batch)  # this process's share of the global batch (all of it on one process)
+        rows, order = next_rows(order, config.batch_size, len(data.train), rng)  # a fresh shuffle every epoch
+        batch = runtime.shard([data.train[i] for i in rows])  # this process's share of the global batch
         with runtime.autocast():
             chosen, rejected = pair_scores(train_model, tokenizer, batch, max_length)  # (B,), (B,) float32
         loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))

@@ -10,11 +10,13 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from minirlhf.data import SFTData, encode_prompt_completion
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import masked_mean
+from minirlhf.tasks.registry import resolve_sft_data
 from minirlhf.trainers.common import (
     Run,
     TrainConfig,
@@ -22,7 +24,9 @@ from minirlhf.trainers.common import (
     load_policy,
     make_optimizer,
     require_positive,
+    require_same_task,
     set_seed,
+    spelled,
 )
 
 
@@ -32,6 +36,13 @@ class SFTConfig(TrainConfig):
     steps: int = 400  # deliberately short: held-out accuracy ~0.5, room for RL (see scripts/build_sft_model.py)
     lr: float = 2e-3
     batch_size: int = 64  # (prompt, completion) pairs per step
+    # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped name
+    # (arithmetic) or a module:function / path.py:function of yours that returns an SFTData; None = arithmetic
+    task: str | None = spelled(None, "arithmetic|module:function|path.py:function")
+    # your demonstrations instead: a FILE.jsonl or a dataset name, one object per row with "prompt" and "completion"
+    prompts: str | None = spelled(None, "FILE.jsonl|dataset-name")
+
+    task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts")
 
     def validate(self) -> None:
         super().validate()
@@ -39,11 +50,19 @@ class SFTConfig(TrainConfig):
 
 
 def train_sft(
-    data: SFTData | Sequence[tuple[str, str]], config: SFTConfig | None = None, model=None, tokenizer=None, callbacks=()
+    data: SFTData | Sequence[tuple[str, str]] | None = None,
+    config: SFTConfig | None = None,
+    model=None,
+    tokenizer=None,
+    callbacks=(),
 ):
     """Fine-tune on (prompt, completion) pairs: `SFTData` (with its held-out evaluation, e.g.
-    `arithmetic.sft_data()`), or a plain list of pairs (no evaluation). Returns (model, tokenizer, history)."""
+    `arithmetic.sft_data()`), a plain list of pairs (no evaluation), or None: what config.task / config.prompts
+    name (`tasks.registry.resolve_sft_data`). Returns (model, tokenizer, history)."""
     config = config or SFTConfig()
+    require_same_task(config)
+    if data is None:
+        data = resolve_sft_data(config)
     data = data if isinstance(data, SFTData) else SFTData(list(data))
     if len(data.examples) == 0:
         raise ValueError("SFTData.examples is empty: SFT needs at least one (prompt, completion) pair")

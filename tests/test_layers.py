@@ -1,0 +1,196 @@
+"""Every import points down: the floors of the house, drawn from the imports of every module of minirlhf.
+
+    core  <  data  <  tasks  <  trainers  <  the command line          course reads the core, and nothing reads it
+
+A module may import its own floor or a lower one, never a higher one, and no chain of imports may come back to
+where it started. Imports inside functions count (a lazy import is still a dependency), read with the import
+reader of tests/test_architecture.py. A failure names both files and the line of the import.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from test_architecture import PACKAGE, ROOT, imported_names, module_name
+
+# module (or package prefix) -> floor. The core: formulas, model loading, log-probs, sampling, and the utilities
+# they and everything above share (precision, the multi-process runtime, the tiny GPT-2, GPU presets, CUDA graphs,
+# live diagnostics). `minirlhf` is the package's __init__ (it re-exports core functions).
+FLOORS = {
+    "minirlhf": 0,
+    "minirlhf.losses": 0,
+    "minirlhf.models": 0,
+    "minirlhf.logprobs": 0,
+    "minirlhf.sampling": 0,
+    "minirlhf.precision": 0,
+    "minirlhf.distributed": 0,
+    "minirlhf.gpt2": 0,
+    "minirlhf.presets": 0,
+    "minirlhf.cuda_graphs": 0,
+    "minirlhf.diagnostics": 0,
+    "minirlhf.data": 1,
+    "minirlhf.tasks": 2,
+    "minirlhf.trainers": 3,
+    "minirlhf.cli": 4,
+    "minirlhf.__main__": 4,
+    "minirlhf.demo": 4,
+}
+FLOOR_NAMES = ["core", "data", "tasks", "trainers", "command line"]
+COURSE = "minirlhf.course"  # its own wing: it may import the core (and itself), and no other module imports it
+
+
+def floor_of(module: str) -> int | str:
+    """The floor of a module: its own entry, else its package's (minirlhf.trainers.dpo -> minirlhf.trainers);
+    "course" for the course. A module missing from FLOORS is an error: a new module must be given its floor."""
+    if module == COURSE or module.startswith(COURSE + "."):
+        return "course"
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in FLOORS and (end == len(parts) or end > 1):
+            return FLOORS[".".join(parts[:end])]
+    raise KeyError(f"{module} has no floor: add it to FLOORS in tests/test_layers.py")
+
+
+def import_edges(sources: dict[str, tuple[str, str]]) -> list[tuple[str, str, int]]:
+    """(importer, imported, line) for every import of one module of `sources` by another. `sources`: module name ->
+    (file name, source text). An imported name resolves to the longest module it starts with
+    (minirlhf.tasks.Task -> minirlhf.tasks; minirlhf.trainers.dpo.DPOConfig -> minirlhf.trainers.dpo)."""
+    edges = set()
+    for module, (path, text) in sources.items():
+        package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+        for line, name in imported_names(text, package):
+            parts = name.split(".")
+            target = next((".".join(parts[:end]) for end in range(len(parts), 0, -1)
+                           if ".".join(parts[:end]) in sources), None)
+            if target is not None and target != module:
+                edges.add((module, target, line))
+    return sorted(edges)
+
+
+def upward_imports(sources: dict[str, tuple[str, str]]) -> list[str]:
+    """Every import that points up a floor, into the course from outside it, or out of the course above the core."""
+    found = []
+    for module, target, line in import_edges(sources):
+        here, there = floor_of(module), floor_of(target)
+        if here == there:
+            continue
+        if here == "course":
+            wrong = there != 0
+        else:
+            wrong = there == "course" or there > here
+        if wrong:
+            found.append(f"{sources[module][0]}:{line} imports {sources[target][0]} "
+                         f"({_floor_name(here)} may not import {_floor_name(there)})")
+    return found
+
+
+def import_cycles(sources: dict[str, tuple[str, str]]) -> list[str]:
+    """Every cycle of imports (one per strongly connected set of modules), each written as its chain of
+    file:line imports back to its start."""
+    graph: dict[str, dict[str, int]] = {}
+    for module, target, line in import_edges(sources):
+        graph.setdefault(module, {}).setdefault(target, line)
+    cycles, seen = [], set()
+    for start in sorted(graph):
+        if start in seen:
+            continue
+        path = _path_back(graph, start)
+        if path:
+            seen.update(path)
+            hops = [f"{sources[a][0]}:{graph[a][b]} imports {sources[b][0]}" for a, b in zip(path, path[1:])]
+            cycles.append("cycle: " + ", and ".join(hops))
+    return cycles
+
+
+def _path_back(graph: dict[str, dict[str, int]], start: str) -> list[str] | None:
+    """A chain of imports start -> ... -> start (depth first), or None."""
+    stack, visited = [(start, [start])], set()
+    while stack:
+        node, path = stack.pop()
+        for nxt in sorted(graph.get(node, {})):
+            if nxt == start:
+                return path + [start]
+            if nxt not in visited:
+                visited.add(nxt)
+                stack.append((nxt, path + [nxt]))
+    return None
+
+
+def _floor_name(floor: int | str) -> str:
+    return floor if isinstance(floor, str) else FLOOR_NAMES[floor]
+
+
+def package_sources() -> dict[str, tuple[str, str]]:
+    return {module_name(p): (str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in PACKAGE.rglob("*.py")}
+
+
+def test_every_module_has_a_floor():
+    for module in package_sources():
+        floor_of(module)  # raises for a module missing from FLOORS
+
+
+def test_every_import_points_down():
+    assert upward_imports(package_sources()) == []
+
+
+def test_no_import_cycles():
+    assert import_cycles(package_sources()) == []
+
+
+def _fake(**modules: str) -> dict[str, tuple[str, str]]:
+    """Synthetic modules: name -> source (a package is written with a trailing ".__init__")."""
+    sources = {}
+    for key, text in modules.items():
+        name = key.replace("__", ".")
+        if name.endswith("..init"):
+            name = name[: -len("..init")]
+            sources[name] = (str(Path(*name.split(".")) / "__init__.py"), text)
+        else:
+            sources[name] = (str(Path(*name.split("."))) + ".py", text)
+    return sources
+
+
+LOWER = {"minirlhf.losses": "import torch\n", "minirlhf.data": "from minirlhf.losses import masked_mean\n"}
+
+
+@pytest.mark.parametrize("importer, source, message", [
+    ("minirlhf.data", "\n\nfrom minirlhf.tasks.sentiment import MAX_NEW_TOKENS\n",
+     "minirlhf/data.py:3 imports minirlhf/tasks/sentiment.py (data may not import tasks)"),
+    ("minirlhf.tasks.user", "def f():\n    from ..trainers.common import call_reward\n",
+     "minirlhf/tasks/user.py:2 imports minirlhf/trainers/common.py (tasks may not import trainers)"),
+    ("minirlhf.losses", "import importlib\nimportlib.import_module('minirlhf.course.toy')\n",
+     "minirlhf/losses.py:2 imports minirlhf/course/toy.py (core may not import course)"),
+    ("minirlhf.course.toy", "from minirlhf.trainers import common\n",
+     "minirlhf/course/toy.py:1 imports minirlhf/trainers/common.py (course may not import trainers)"),
+])
+def test_an_upward_import_fails_naming_both_files_and_the_line(importer, source, message):
+    sources = {**_fake(**{m.replace(".", "__"): t for m, t in LOWER.items()}),
+               **_fake(minirlhf__tasks__sentiment="", minirlhf__tasks__user="", minirlhf__trainers__common="",
+                       minirlhf__course__toy="")}
+    sources[importer] = (sources[importer][0], source)
+    assert upward_imports(sources) == [message]
+    assert upward_imports({**sources, importer: (sources[importer][0], "")}) == []
+
+
+def test_a_cycle_fails_naming_every_file_and_line():
+    sources = _fake(
+        minirlhf__trainers__dpo="import torch\n\ndef f():\n    from minirlhf.trainers.kto import train_kto\n",
+        minirlhf__trainers__kto="from minirlhf.trainers.dpo import DPOConfig\n",
+        minirlhf__trainers__common="",
+    )
+    assert import_cycles(sources) == [
+        "cycle: minirlhf/trainers/dpo.py:4 imports minirlhf/trainers/kto.py, "
+        "and minirlhf/trainers/kto.py:1 imports minirlhf/trainers/dpo.py"
+    ]
+    three = _fake(minirlhf__a="import minirlhf.b\n", minirlhf__b="import minirlhf.c\n",
+                  minirlhf__c="import minirlhf.a\n")
+    assert len(import_cycles(three)) == 1 and import_cycles(three)[0].count("imports") == 3
+    del sources["minirlhf.trainers.kto"]
+    assert import_cycles(sources) == []
+
+
+def test_a_module_without_a_floor_is_named():
+    with pytest.raises(KeyError, match="minirlhf.newthing has no floor"):
+        floor_of("minirlhf.newthing")
+    assert floor_of("minirlhf.trainers.preference") == 3 and floor_of("minirlhf.course.quiz") == "course"

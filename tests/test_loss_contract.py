@@ -1,0 +1,70 @@
+"""The losses keep their own contract: an inf or NaN on a real token is a ValueError naming the argument."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import pytest
+import torch
+
+from minirlhf import losses
+
+# Every public loss (a function of losses.py named *_loss) promises that an inf or NaN on a real token is a
+# ValueError naming the argument. The losses and their tensor arguments are found by introspection, so a new loss
+# is walked too (and fails below until it has an entry in VALID_INPUTS).
+
+
+def _public_losses() -> dict[str, Any]:
+    return {name: fn for name, fn in inspect.getmembers(losses, inspect.isfunction)
+            if fn.__module__ == losses.__name__ and name.endswith("_loss") and not name.startswith("_")}
+
+
+def _tensor_arguments(fn) -> list[str]:
+    """The arguments that take tensors of values (not the mask of real tokens, not KTO's labels)."""
+    return [name for name, p in inspect.signature(fn).parameters.items()
+            if "Tensor" in str(p.annotation) and name not in ("mask", "desirable")]
+
+
+def _logps(*shape: int) -> torch.Tensor:
+    return -torch.rand(*shape, dtype=torch.float64) - 0.1
+
+
+VALID_INPUTS = {  # loss -> valid arguments (B = 2 sequences of 3 real tokens)
+    "bradley_terry_loss": lambda: dict(chosen_scores=torch.randn(2), rejected_scores=torch.randn(2)),
+    "dpo_loss": lambda: dict(policy_chosen_logps=_logps(2), policy_rejected_logps=_logps(2),
+                             ref_chosen_logps=_logps(2), ref_rejected_logps=_logps(2), beta=0.1),
+    "grpo_loss": lambda: dict(logp=_logps(2, 3), old_logp=_logps(2, 3), ref_logp=_logps(2, 3),
+                              advantages=torch.randn(2), mask=torch.ones(2, 3), eps=0.2, beta=0.04),
+    "kto_loss": lambda: dict(policy_logps=_logps(2), ref_logps=_logps(2), desirable=torch.tensor([True, False]),
+                             policy_kl_logps=_logps(3), ref_kl_logps=_logps(3), beta=0.1),
+    "orpo_loss": lambda: dict(policy_chosen_logps=_logps(2), policy_rejected_logps=_logps(2),
+                              chosen_lengths=torch.full((2,), 3.0), rejected_lengths=torch.full((2,), 3.0), lam=0.1),
+    "ppo_clip_loss": lambda: dict(logp=_logps(2, 3), old_logp=_logps(2, 3), advantages=torch.randn(2, 3),
+                                  mask=torch.ones(2, 3), eps=0.2),
+    "reinforce_loss": lambda: dict(logp=_logps(2, 3), advantages=torch.randn(2), mask=torch.ones(2, 3)),
+    "simpo_loss": lambda: dict(policy_chosen_logps=_logps(2), policy_rejected_logps=_logps(2),
+                               chosen_lengths=torch.full((2,), 3.0), rejected_lengths=torch.full((2,), 3.0),
+                               beta=2.0, gamma=0.5),
+    "value_loss": lambda: dict(values=torch.randn(2, 3), old_values=torch.randn(2, 3), returns=torch.randn(2, 3),
+                               mask=torch.ones(2, 3), clip=0.2),
+}
+
+
+@pytest.mark.parametrize("loss_name, argument, bad", [
+    (name, argument, bad) for name, fn in _public_losses().items() for argument in _tensor_arguments(fn)
+    for bad in (float("nan"), float("inf"))
+])
+def test_every_loss_names_the_argument_that_holds_inf_or_nan(loss_name, argument, bad):
+    loss = _public_losses()[loss_name]
+    inputs = VALID_INPUTS[loss_name]()
+    loss(**inputs)  # the valid inputs pass
+    broken = inputs[argument].clone()
+    broken.view(-1)[-1] = bad  # the last real token
+    with pytest.raises(ValueError, match=rf"\b{argument}\b"):
+        loss(**inputs | {argument: broken})
+
+
+def test_the_walk_covers_every_public_loss():
+    assert set(_public_losses()) == set(VALID_INPUTS)
+    assert len(_public_losses()) >= 9 and all(_tensor_arguments(fn) for fn in _public_losses().values())
