@@ -678,14 +678,19 @@ def pair_accuracy(chosen_scores: Tensor, rejected_scores: Tensor) -> float:
 # (1/|y|) log p_θ(y|x) is the average token log-prob. Sequence log-probs are sums, as for `dpo_loss`.
 
 
+def _check_lengths(**lengths: Tensor) -> None:
+    """Every token count |y| must be at least 1: an average over an empty response is 0/0."""
+    for name, count in lengths.items():
+        if not (count >= 1).all():
+            raise ValueError(f"{name} must be >= 1 token for every sequence, got {count.min().item()}")
+
+
 def _check_length_normalised(**tensors: Tensor) -> None:
     """The (B,) summed log-probs and token counts of a length-normalised loss: one shape, no inf/NaN, and every
-    token count |y| at least 1 (an average over an empty response is 0/0)."""
+    token count |y| at least 1."""
     _check_same_shape(**tensors)
     _check_real_tokens(None, **tensors)
-    for name in ("chosen_lengths", "rejected_lengths"):
-        if not (tensors[name] >= 1).all():
-            raise ValueError(f"{name} must be >= 1 token for every sequence, got {tensors[name].min().item()}")
+    _check_lengths(chosen_lengths=tensors["chosen_lengths"], rejected_lengths=tensors["rejected_lengths"])
 
 
 def simpo_loss(

@@ -33,7 +33,8 @@ def _logps(*shape: int) -> torch.Tensor:
 VALID_INPUTS = {  # loss -> valid arguments (B = 2 sequences of 3 real tokens)
     "bradley_terry_loss": lambda: dict(chosen_scores=torch.randn(2), rejected_scores=torch.randn(2)),
     "dpo_loss": lambda: dict(policy_chosen_logps=_logps(2), policy_rejected_logps=_logps(2),
-                             ref_chosen_logps=_logps(2), ref_rejected_logps=_logps(2), beta=0.1),
+                             ref_chosen_logps=_logps(2), ref_rejected_logps=_logps(2), beta=0.1,
+                             chosen_lengths=torch.full((2,), 3.0), rejected_lengths=torch.full((2,), 3.0)),
     "grpo_loss": lambda: dict(logp=_logps(2, 3), old_logp=_logps(2, 3), ref_logp=_logps(2, 3),
                               advantages=torch.randn(2), mask=torch.ones(2, 3), eps=0.2, beta=0.04),
     "kto_loss": lambda: dict(policy_logps=_logps(2), ref_logps=_logps(2), desirable=torch.tensor([True, False]),
