@@ -39,6 +39,7 @@ from minirlhf.losses import bradley_terry_loss, pair_accuracy
 from minirlhf.models import ValueHead, load_model, load_tokenizer
 from minirlhf.trainers.checkpoint import release_run_folder
 from minirlhf.trainers.common import Run, TrainConfig, make_optimizer, require_positive, set_seed
+from minirlhf.trainers.manifest import record_files
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -232,6 +233,7 @@ def train_reward_model(
     reward_model.eval()
     run.finish()  # the held-out metrics of the final model; it is saved below, as a RewardModel
     if config.out_dir is not None:
+        record_files(config.out_dir, "reward_model", "config.json")
         reward_model.save(Path(config.out_dir) / "reward_model")
         (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
         release_run_folder(config.out_dir)
