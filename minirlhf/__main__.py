@@ -12,6 +12,9 @@
     python -m minirlhf grpo --preset t4 --steps 100   # real GPT-2 sizes for a Colab T4 (minirlhf.presets)
     accelerate launch --num_processes 2 -m minirlhf dpo --preset t4   # data parallel over 2 GPUs
     python -m minirlhf <command> --help       # every flag: its meaning, allowed values and default
+
+A mistake in a flag, a file, a checkpoint or a reward function prints one line, `python -m minirlhf <command>:
+error: ...`, and exits with status 2; `--traceback` (or MINIRLHF_TRACEBACK=1) prints the full traceback instead.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 
 from minirlhf.cli import add_config_arguments, config_from_args, given_fields
+from minirlhf.errors import TRACEBACK_ENV, env_flag, is_user_error
 from minirlhf.presets import PRESETS, preset
 
 ONLINE = ("reinforce", "rloo", "grpo", "ppo")  # the commands that sample: they take a task
@@ -135,7 +140,25 @@ def _demo(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line. A user error (`errors.is_user_error`) ends it with one line on stderr and status 2; with
+    `--traceback` or MINIRLHF_TRACEBACK=1 it is raised as it is."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = "--traceback" in argv
+    argv = [arg for arg in argv if arg != "--traceback"]
+    try:
+        show_traceback = env_flag(TRACEBACK_ENV) or show_traceback
+        _main(argv)
+    except Exception as error:
+        if show_traceback or not is_user_error(error):
+            raise
+        traceback.clear_frames(error.__traceback__)  # the failed run's model and tensors are freed now
+        message = " ".join(str(error).split())  # one line, whatever the message holds
+        command = argv[0] if argv and not argv[0].startswith("-") else ""
+        print(f"python -m minirlhf {command}: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main(argv: list[str]) -> None:
     commands = ["demo", "sample", "sft", "reinforce", "rloo", "grpo", "ppo", "reward-model", "dpo"]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__)
@@ -158,10 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.set_defaults(**preset(args.preset, command))
         args = parser.parse_args(rest)
     config = config_from_args(config_cls, args, given_fields(parser, rest))
-    try:
-        data = _task(command, args) if command in ONLINE + ("sft",) else None  # dpo, reward model: --pairs
-    except (ValueError, FileNotFoundError) as err:
-        parser.error(str(err))
+    data = _task(command, args) if command in ONLINE + ("sft",) else None  # dpo, reward model: --pairs
     history = train(data, config)[2]
     from minirlhf.distributed import is_main_process
 

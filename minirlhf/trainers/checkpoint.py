@@ -417,7 +417,7 @@ def _manifest_of_own_run(checkpoint: Path, own: Path, run_id: str | None) -> dic
     else:
         why = f"{own / MANIFEST_FILE} is run {manifest['run_id']}, the checkpoint belongs to run {run_id}"
     raise UserError(f"checkpoint {checkpoint} is not inside its own run's folder: {why}, and resuming would write "
-                    f"into {own}. To continue it as a new run in a folder of its own, pass --fork-to DIR "
+                    f"into {own.resolve()}. To continue it as a new run in a folder of its own, pass --fork-to DIR "
                     f"(fork_to=DIR)")
 
 
@@ -465,9 +465,11 @@ def _check_fresh_folder(out_dir: Path, overwrite: bool, model: str) -> None:
     listed = [name for name in manifest["files"] if name != LOCK_FILE] if manifest else []
     foreign = [name for name in found if name not in listed]
     if foreign:
+        model_folder = any((out_dir / name).is_file() for name in ("model.safetensors", "pytorch_model.bin"))
+        what = " (it is a model folder, not a run's out_dir)" if model_folder else ""
         raise FileExistsError(
-            f"{out_dir} holds {', '.join(foreign)}, which no minirlhf run wrote there (no {MANIFEST_FILE} lists "
-            f"them): overwrite deletes only a run's own files; move them away, or choose another out_dir"
+            f"{out_dir} holds {', '.join(foreign)}, which no minirlhf run wrote there{what} (no {MANIFEST_FILE} "
+            f"lists them): overwrite deletes only a run's own files; move them away, or choose another out_dir"
         )
     for name in listed:
         if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
