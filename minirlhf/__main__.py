@@ -74,7 +74,7 @@ def _task(command: str, args: argparse.Namespace):
     """What the command learns from, built from --task or --prompts/--reward (a ValueError says what is wrong)."""
     from minirlhf.data import SFTData
     from minirlhf.tasks import Task
-    from minirlhf.tasks.user import load_object, load_prompt_rows, prompts_task
+    from minirlhf.tasks.user import load_object, located_prompt_rows, prompts_task
 
     rewards, weights = getattr(args, "reward", None), getattr(args, "reward_weights", None)
     if args.prompts and args.task:
@@ -82,8 +82,8 @@ def _task(command: str, args: argparse.Namespace):
     if (rewards or weights) and not args.prompts:
         raise ValueError("--reward and --reward-weights go with --prompts (a --task brings its own reward)")
     if args.prompts and command == "sft":
-        rows = load_prompt_rows(args.prompts, required=("prompt", "completion"))
-        return SFTData([(row["prompt"], row["completion"]) for row in rows])
+        rows = located_prompt_rows(args.prompts, required=("prompt", "completion"))
+        return SFTData([(row["prompt"], row["completion"]) for _, row in rows], sources=[where for where, _ in rows])
     if args.prompts:
         if not rewards:
             raise ValueError("--prompts needs at least one --reward module:function to score the completions")

@@ -228,3 +228,8 @@ class ValueHead(nn.Module):
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:  # (B, T, d) -> (B, T)
         with torch.autocast(hidden_states.device.type, enabled=False):  # values/rewards in float32, also under bf16
             return self.summary(hidden_states.float()).squeeze(-1)
+
+
+def context_size(model: nn.Module) -> int:
+    """How many positions the model reads: GPT-2's n_positions (max_position_embeddings in other families)."""
+    return getattr(model.config, "n_positions", None) or model.config.max_position_embeddings

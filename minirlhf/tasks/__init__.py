@@ -24,3 +24,6 @@ class Task:
     reward_fn: Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
     max_new_tokens: int  # response budget when sampling
     evaluate: Callable[..., dict[str, float]] | None = None  # (model, tokenizer) -> held-out metrics; None = none
+    # (where, prompt) of every training prompt when the set is finite (a file): each is checked to fit the model's
+    # context with max_new_tokens before the first step; () for a task that makes its prompts up
+    prompts: Sequence[tuple[str, str]] = ()

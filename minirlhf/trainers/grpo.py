@@ -64,7 +64,7 @@ def train_grpo(task: Task, config: GRPOConfig | None = None, model=None, tokeniz
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
-    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    model, tokenizer, ref = setup_policy(config, model, tokenizer, task)  # ref: None when β = 0
     optimizer = make_optimizer(model.parameters(), config.lr)
     train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
     evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None

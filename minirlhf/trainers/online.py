@@ -16,10 +16,11 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from minirlhf import diagnostics
+from minirlhf.data import check_prompt_room
 from minirlhf.distributed import Runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import kl_k1, masked_sum
-from minirlhf.models import disable_dropout, frozen_copy
+from minirlhf.models import context_size, disable_dropout, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task
 from minirlhf.trainers.common import (
@@ -66,11 +67,16 @@ class OnlineConfig(TrainConfig):
 
 
 def setup_policy(
-    config: OnlineConfig, model: nn.Module | None, tokenizer: PreTrainedTokenizerBase | None
+    config: OnlineConfig, model: nn.Module | None, tokenizer: PreTrainedTokenizerBase | None, task: Task | None = None
 ) -> tuple[nn.Module, PreTrainedTokenizerBase, nn.Module | None]:
     """p_θ (given, or loaded from config.model) with dropout off, its tokenizer, and the frozen p_ref (None when
-    β = 0: the reference copy is not even made). Without dropout p_θ = p_θold at the first update: r_t(θ) = 1."""
+    β = 0: the reference copy is not even made). Without dropout p_θ = p_θold at the first update: r_t(θ) = 1.
+    The `task`'s prompts (when it lists them) are checked to fit the model's context here, before the first step."""
     model, tokenizer = load_policy(config, model, tokenizer)
+    if task is not None and task.prompts:
+        budget = task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+        check_prompt_room(tokenizer, [prompt for _, prompt in task.prompts], budget, context_size(model),
+                          [where for where, _ in task.prompts])
     disable_dropout(model)
     ref = frozen_copy(model) if config.beta > 0 else None
     return model, tokenizer, ref

@@ -127,7 +127,7 @@ def train_ppo(task: Task, config: PPOConfig | None = None, model=None, tokenizer
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
-    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    model, tokenizer, ref = setup_policy(config, model, tokenizer, task)  # ref: None when β = 0
     device = next(model.parameters()).device
     value_head = ValueHead(model.config.hidden_size).to(device)  # V(s_t), starts at 0 everywhere
     params = list(model.parameters()) + list(value_head.parameters())
