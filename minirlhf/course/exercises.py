@@ -19,7 +19,6 @@ MINIRLHF_EXERCISES_STRICT=1 a failed check raises instead of only printing.
 from __future__ import annotations
 
 import inspect
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 
 from minirlhf import losses
 from minirlhf.course import solutions, toy
+from minirlhf.errors import env_flag
 
 DTYPE = torch.float64
 RTOL, ATOL = 1e-4, 1e-6
@@ -743,7 +743,7 @@ def check_function(exercise_id: str, fn: Callable[..., Any], strict: bool | None
     MINIRLHF_EXERCISES_STRICT=1) raises ExerciseFailed instead of returning False.
     """
     exercise = _lookup(exercise_id)
-    strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
+    strict = env_flag(STRICT_ENV) if strict is None else strict
     student: list[Outcome] = []
     message = None
     for case in exercise.cases():

@@ -10,12 +10,12 @@ Quick mode (MINIRLHF_QUICK=1, set by the test suite) makes every training cell u
 
 from __future__ import annotations
 
-import os
 import sys
 
 import torch
 from IPython import get_ipython
 
+from minirlhf.errors import env_flag
 from minirlhf.models import SHIPPED
 
 QUICK_ENV = "MINIRLHF_QUICK"
@@ -26,7 +26,7 @@ def setup() -> tuple[str, bool]:
 
     In a notebook kernel it also switches figures to inline output (`%matplotlib inline`)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    quick = os.environ.get(QUICK_ENV) == "1"
+    quick = env_flag(QUICK_ENV)  # "1" or "0"/unset; any other value is an error naming the variable
     shell = get_ipython()
     if shell is not None:
         shell.run_line_magic("matplotlib", "inline")
