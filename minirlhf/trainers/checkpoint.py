@@ -193,7 +193,7 @@ class Checkpointer:
         for field, load in (("optimizer", self.optimizer.load_state_dict),
                             ("scaler", self.scaler.load_state_dict if self.scaler is not None else None),
                             ("rng", lambda states: restore_rng_states(states, self.rngs))):
-            if load is None or not trainer_state[field]:
+            if load is None or trainer_state[field] is None:  # a run without fp16 saves no scaler
                 continue
             try:
                 load(trainer_state[field])
