@@ -75,12 +75,14 @@ def encode_prompt_completion(
 
 def check_text(value: str, where: str, field: str) -> None:
     """A text field must be encodable (UTF-8): a lone surrogate (JSON's "\\ud800") would reach the tokenizer as a
-    raw TypeError mid-run; here it is a UserError naming `where` (file and line), the field and the position."""
+    raw TypeError mid-run; here it is a UserError naming `where` (file and line; "" to leave it to the caller), the
+    field and the position."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as err:
-        raise UserError(f"{where}: field {field!r} holds a lone surrogate {value[err.start]!r} at character "
-                        f"{err.start} ({value[max(0, err.start - 20) : err.start]!r}...): not valid text") from None
+        prefix = f"{where}: " if where else ""
+        raise UserError(f"{prefix}field {field!r} holds a lone surrogate {value[err.start]!r} at character {err.start} "
+                        f"({value[max(0, err.start - 20) : err.start]!r}...): not valid text") from None
 
 
 def check_prompt_room(
@@ -340,7 +342,7 @@ def _pair_from_row(row: object) -> PreferencePair:
             raise ValueError(f"field {name!r} must be a string, got {type(value).__name__}{hint}")
         if not value.strip():
             raise ValueError(f"field {name!r} is empty")
-        check_text(value, "the row", name)
+        check_text(value, "", name)  # _collect names the file and line
     if row["chosen"] == row["rejected"]:
         raise ValueError("field 'rejected' is identical to 'chosen': a pair must compare two different texts")
     if "prompt" in row:
