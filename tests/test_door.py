@@ -334,3 +334,5 @@ def _check_out_clash(tmp_path: Path, placed: list[tuple[str, str]]) -> None:
     other.parent.mkdir(exist_ok=True)
     nbformat.write(nbformat.v4.new_notebook(), other)
     assert "exists (executed from" in _out_clash([other], out)
+    nbformat.write(nbformat.v4.new_notebook(), out / first.name)  # a copy that records no source (older runs)
+    assert _out_clash([other], out) is None

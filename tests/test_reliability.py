@@ -45,6 +45,7 @@ from minirlhf.trainers.checkpoint import (
 from minirlhf.trainers.common import History, call_reward, optimizer_step
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.guard import NonFiniteError, check_gradients
+from minirlhf.trainers.manifest import MANIFEST_FILE, new_manifest, write_manifest
 from minirlhf.trainers.reward_model import train_reward_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,7 +80,7 @@ HOLDER = textwrap.dedent("""
     from minirlhf.trainers.checkpoint import hold_run_folder
     try:
         hold_run_folder(sys.argv[1])
-    except RuntimeError as err:
+    except ValueError as err:  # errors.UserError
         print("refused:", err, flush=True)
         sys.exit(3)
     print("held", flush=True)
@@ -139,6 +140,9 @@ def test_a_fresh_run_refuses_a_finished_runs_folder_unless_overwrite(tmp_path):
     with pytest.raises(FileExistsError, match=r"results of another run \(metrics.jsonl, model\); pass overwrite=True"):
         _tiny_checkpointer(tmp_path).resume()
     assert (tmp_path / "metrics.jsonl").exists() and not (tmp_path / LOCK_FILE).exists()  # refused: nothing touched
+    with pytest.raises(FileExistsError, match=r"holds metrics.jsonl, model, which no minirlhf run wrote there"):
+        _tiny_checkpointer(tmp_path, overwrite=True).resume()  # no run.json lists them: not a run's results
+    write_manifest(tmp_path, new_manifest({}, "GRPOConfig") | {"files": [MANIFEST_FILE, "metrics.jsonl", "model"]})
     assert _tiny_checkpointer(tmp_path, overwrite=True).resume() == (0, [], {})
     assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "model").exists()
     release_run_folder(tmp_path)

@@ -173,19 +173,17 @@ def _positive_seconds(text: str) -> float:
 
 def _out_clash(notebooks: list[Path], out: Path) -> str | None:
     """Why writing the executed copies of `notebooks` into `out` would replace another notebook's copy (None when
-    it would not): two notebooks of one name, or a copy in `out` executed from another folder."""
+    it would not): two notebooks of one name, or a copy in `out` that records another notebook as its source."""
     sources: dict[str, Path] = {}
     for path in notebooks:
         if path.name in sources and sources[path.name] != path.resolve():
             return f"--out {out}: {sources[path.name]} and {path} would both be written as {out / path.name}"
         sources[path.name] = path.resolve()
         existing = out / path.name
-        if existing.is_file():
-            before = nbformat.read(existing, as_version=4).metadata.get(EXECUTED_FROM)
-            if before != str(path.resolve()):
-                origin = f"executed from {before}" if before else "not an executed copy of it"
-                return (f"--out {out}: {existing} exists ({origin}); writing {path} there would replace it: choose "
-                        f"another --out folder, or remove that file")
+        before = nbformat.read(existing, as_version=4).metadata.get(EXECUTED_FROM) if existing.is_file() else None
+        if before is not None and before != str(path.resolve()):  # a copy without the record: its source is unknown
+            return (f"--out {out}: {existing} exists (executed from {before}); writing {path} there would replace "
+                    f"it: choose another --out folder, or remove that file")
     return None
 
 
