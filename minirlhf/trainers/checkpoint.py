@@ -128,9 +128,9 @@ class Checkpointer:
             self._start_manifest({"run_id": state.get("run_id"), "checkpoint": str(checkpoint.resolve())})
             return restored
         _check_own_folder(self.config.resume, self.config.out_dir)
-        manifest = _manifest_of_own_run(checkpoint, own, state.get("run_id"))
+        restored = self.restore(checkpoint, state)  # the checkpoint's own checks (method, config, weights) first
+        manifest = _manifest_of_own_run(checkpoint, own, state.get("run_id"))  # then the run's: before any write
         check_same_run(manifest, self.config.to_dict(), method, own)
-        restored = self.restore(checkpoint, state)
         _move_newer_aside(checkpoint, state["step"], own, manifest)
         self.run_id = manifest["run_id"]
         return restored
