@@ -18,10 +18,11 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from minirlhf import diagnostics
+from minirlhf.data import check_prompt_room
 from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import kl_k1, masked_sum
-from minirlhf.models import ValueHead, disable_dropout, frozen_copy
+from minirlhf.models import ValueHead, context_size, disable_dropout, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, call_reward
 from minirlhf.tasks.registry import resolve_task
@@ -140,7 +141,7 @@ def start_online(
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
-    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    model, tokenizer, ref = setup_policy(config, model, tokenizer, task)  # ref: None when β = 0
     modules = {"model": model}
     if value_head:  # V(s_t), starts at 0 everywhere
         modules["value_head"] = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
@@ -155,11 +156,16 @@ def start_online(
 
 
 def setup_policy(
-    config: OnlineConfig, model: nn.Module | None, tokenizer: PreTrainedTokenizerBase | None
+    config: OnlineConfig, model: nn.Module | None, tokenizer: PreTrainedTokenizerBase | None, task: Task | None = None
 ) -> tuple[nn.Module, PreTrainedTokenizerBase, nn.Module | None]:
     """p_θ (given, or loaded from config.model) with dropout off, its tokenizer, and the frozen p_ref (None when
-    β = 0: the reference copy is not even made). Without dropout p_θ = p_θold at the first update: r_t(θ) = 1."""
+    β = 0: the reference copy is not even made). Without dropout p_θ = p_θold at the first update: r_t(θ) = 1.
+    The `task`'s prompts (when it lists them) are checked to fit the model's context here, before the first step."""
     model, tokenizer = load_policy(config, model, tokenizer)
+    if task is not None and task.prompts:
+        budget = task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+        check_prompt_room(tokenizer, [prompt for _, prompt in task.prompts], budget, context_size(model),
+                          [where for where, _ in task.prompts])
     disable_dropout(model)
     ref = frozen_copy(model) if config.beta > 0 else None
     return model, tokenizer, ref
