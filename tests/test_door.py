@@ -19,9 +19,9 @@ from minirlhf.__main__ import main
 from minirlhf.course.headless import _out_clash, _positive_seconds
 from minirlhf.data import check_example_lengths, check_prompt_room, load_preference_pairs
 from minirlhf.errors import CheckpointDamaged, UserError, env_flag, is_user_error
+from minirlhf.tasks import call_reward
 from minirlhf.tasks.user import load_prompt_rows
 from minirlhf.trainers.checkpoint import STATE_FILE, TRAINER_STATE_FILE, Checkpointer, list_checkpoints
-from minirlhf.trainers.common import call_reward
 from minirlhf.trainers.grpo import GRPOConfig
 from minirlhf.trainers.manifest import MANIFEST_FILE, read_manifest, write_manifest
 
