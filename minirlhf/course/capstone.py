@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -123,15 +124,20 @@ def compare(step: StepFn, seed: int = 0, model_name: str = "tiny-sft", n_prompts
 
 
 def check_step(step: StepFn, seed: int = 0) -> bool:
-    """Print whether `step` matches the reference GRPO step on a seeded batch, naming what differs; True if it does."""
+    """Print whether `step` matches the reference GRPO step on a seeded batch, naming what differs; True if it does.
+    With MINIRLHF_EXERCISES_STRICT=1 (the notebook test) a difference raises ExerciseFailed instead."""
+    from minirlhf.course.exercises.engine import STRICT_ENV, ExerciseFailed  # not at the top: engine imports us
+
     try:
         problems = compare(step, seed)
     except NotImplementedError:
-        print("capstone: my_step is not implemented yet. Replace `raise NotImplementedError` with your step "
-              "(stuck? capstone.solution() shows one way).")
-        return False
+        problems = ["not implemented yet. Replace `raise NotImplementedError` with your step (stuck? "
+                    "capstone.solution() shows one way)."]
     if problems:
-        print("✗ capstone: my_step differs from the reference step.\n  " + "\n  ".join(problems))
+        message = "✗ capstone: my_step differs from the reference step: " + "\n  ".join(problems)
+        print(message)
+        if os.environ.get(STRICT_ENV) == "1":
+            raise ExerciseFailed(message)
         return False
     print("✓ capstone: my_step samples the same answers and computes the same rewards, advantages, loss and "
           "weight update as the reference step.")
@@ -148,8 +154,9 @@ class TrainHistory:
 
 
 def train(step: StepFn, steps: int, prompts_per_step: int = 32, group_size: int = 8, lr: float = 3e-4,
-          seed: int = 0, model_name: str = "tiny-sft") -> TrainHistory:
-    """Train a fresh copy of `model_name` with `steps` of `step` under AdamW; measure held-out accuracy around it.
+          seed: int = 0, model_name: str = "tiny-sft", held_out: int | None = None) -> TrainHistory:
+    """Train a fresh copy of `model_name` with `steps` of `step` under AdamW; measure greedy held-out accuracy
+    before and after, on every test problem (or on `held_out` of them drawn with the seed, for a quick look).
 
     A step that is not written yet (raises NotImplementedError) is replaced by the reference step, and said so.
     """
@@ -157,7 +164,8 @@ def train(step: StepFn, steps: int, prompts_per_step: int = 32, group_size: int 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    history = TrainHistory(accuracy_before=arithmetic.accuracy(model, tokenizer), stepped_with=step.__name__)
+    problems = None if held_out is None else arithmetic.sample_problems("test", held_out, seed)
+    history = TrainHistory(accuracy_before=arithmetic.accuracy(model, tokenizer, problems), stepped_with=step.__name__)
     pool = arithmetic.problems("train")
     order = torch.randint(len(pool), (steps, prompts_per_step), generator=torch.Generator().manual_seed(seed + 1))
     start = time.perf_counter()
@@ -171,7 +179,7 @@ def train(step: StepFn, steps: int, prompts_per_step: int = 32, group_size: int 
             out = step(model, tokenizer, optimizer, prompts, generator, group_size, 0.2)
         history.reward.append(float(out.rewards.float().mean()))
     history.seconds = time.perf_counter() - start
-    history.accuracy_after = arithmetic.accuracy(model, tokenizer)
+    history.accuracy_after = arithmetic.accuracy(model, tokenizer, problems)
     return history
 
 
