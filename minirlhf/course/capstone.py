@@ -27,7 +27,7 @@ from torch import nn
 
 from minirlhf import losses
 from minirlhf.logprobs import response_logprobs
-from minirlhf.models import load_model
+from minirlhf.models import disable_dropout, load_model
 from minirlhf.sampling import sample
 from minirlhf.tasks import arithmetic
 
@@ -77,7 +77,7 @@ def _run(step: StepFn, model: nn.Module, tokenizer, prompts: list[str], seed: in
     """Run a step from a seed under SGD; return its output and the weight update it made."""
     before = _weights(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=CHECK_LR)
-    torch.manual_seed(seed)  # dropout draws the same masks in both runs
+    torch.manual_seed(seed)  # the same global random state in both runs
     out = step(model, tokenizer, optimizer, prompts, torch.Generator().manual_seed(seed), 8, 0.2)
     return out, _weights(model) - before
 
@@ -91,6 +91,7 @@ def _tensor(value, name: str) -> torch.Tensor:
 def compare(step: StepFn, seed: int = 0, model_name: str = "tiny-sft", n_prompts: int = 4) -> list[str]:
     """What differs between `step` and the reference on one seeded step: [] when nothing does."""
     model, tokenizer = load_model(model_name, device="cpu")
+    disable_dropout(model)  # as the trainers do: p_θ scores the samples exactly as it drew them
     prompts = [p.prompt for p in arithmetic.sample_problems("train", n_prompts, seed)]
     expected, expected_update = _run(reference_step, copy.deepcopy(model), tokenizer, prompts, seed)
     actual, actual_update = _run(step, model, tokenizer, prompts, seed)
@@ -161,6 +162,7 @@ def train(step: StepFn, steps: int, prompts_per_step: int = 32, group_size: int 
     A step that is not written yet (raises NotImplementedError) is replaced by the reference step, and said so.
     """
     model, tokenizer = load_model(model_name, device="cpu")
+    disable_dropout(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
