@@ -118,8 +118,9 @@ def compare(step: StepFn, seed: int = 0, model_name: str = "tiny-sft", n_prompts
     gap = (actual_update - expected_update).norm() / expected_update.norm().clamp_min(1e-12)
     if not problems and gap > UPDATE_RTOL:
         words = "no update at all (was optimizer.step() called?)" if actual_update.norm() == 0 else (
-            "the gradient differs (is the loss built from log-probs with a gradient, is the gradient norm clipped "
-            "at 1 before optimizer.step(), are stale gradients cleared with optimizer.zero_grad()?)")
+            "the gradient differs (is the loss averaged over the real response tokens of the whole batch, is it "
+            "built from log-probs with a gradient, is the gradient norm clipped at 1 before optimizer.step()? On "
+            "policy the ratio is 1 and the loss's value is about 0, so a wrong average often shows only here)")
         problems.append(f"update: {words}; relative difference of the weight updates {gap:.2g}")
     return problems
 
