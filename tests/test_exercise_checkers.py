@@ -147,7 +147,7 @@ def _in_place(i: int) -> Callable:
         def wrapped(*args):
             out = fn(*args)
             with torch.no_grad():
-                args[i].add_(1)
+                args[i].logical_not_() if args[i].dtype == torch.bool else args[i].add_(1)
             return out
         return wrapped
     return wrong

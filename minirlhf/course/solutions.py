@@ -1,4 +1,5 @@
-"""Worked solutions of the implement-it exercises (minirlhf.course.exercises), one function per exercise.
+"""Worked solutions of the implement-it exercises (minirlhf.course.exercises), one function per exercise, and the
+capstone's training step (minirlhf.course.capstone).
 
 Each function has the name and signature of the notebook's stub, so `exercises.solution(id)` can show its source
 and `exercises.fill_solutions(nb)` can paste it into the stub cell. They are written with plain torch, the way a
@@ -9,6 +10,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+
+from minirlhf.course.capstone import StepOutput
+from minirlhf.logprobs import response_logprobs
+from minirlhf.sampling import sample
+from minirlhf.tasks import arithmetic
 
 
 def reinforce_gradient(logits: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
@@ -96,3 +102,87 @@ def dpo_pair_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torc
 def reward_model_loss(chosen_scores: torch.Tensor, rejected_scores: torch.Tensor) -> torch.Tensor:
     """Bradley–Terry: -mean over pairs of log σ(RM(x, y_w) - RM(x, y_l)); a scalar."""
     return -F.logsigmoid(chosen_scores - rejected_scores).mean()
+
+
+def grpo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, ref_logp: torch.Tensor, advantages: torch.Tensor,
+                    mask: torch.Tensor, eps: float, beta: float) -> torch.Tensor:
+    """-token mean of J_t = min(r_t Â_i, clip(r_t, 1-ε, 1+ε) Â_i) - β k3_t, one Â_i per sequence; a scalar."""
+    keep = mask.bool()
+    logp, old_logp, ref_logp = (torch.where(keep, x, torch.zeros_like(x)) for x in (logp, old_logp, ref_logp))
+    ratio = torch.exp(logp - old_logp)  # (B, T) r_t
+    A = advantages[:, None]  # (B, 1): every token of answer i shares Â_i
+    surrogate = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)
+    log_ratio = ref_logp - logp  # log p_ref/p_θ
+    k3 = torch.exp(log_ratio) - log_ratio - 1
+    objective = torch.where(keep, surrogate - beta * k3, torch.zeros_like(surrogate))
+    return -objective.sum() / keep.sum().clamp_min(1)
+
+
+def kl_penalized_rewards(rewards: torch.Tensor, logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
+                         beta: float) -> torch.Tensor:
+    """r_t = -β (log p_θ(y_t) - log p_ref(y_t)), plus R(x, y) on the last real token; 0 on padding; (B, T)."""
+    keep = mask.bool()
+    r = -beta * (logp - ref_logp)  # (B, T) the KL penalty of each token
+    last = keep.sum(-1) - 1  # (B,) column of each response's last real token
+    r = r + F.one_hot(last, mask.shape[1]).to(r.dtype) * rewards[:, None]
+    return torch.where(keep, r, torch.zeros_like(r))
+
+
+def simpo_pair_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+                    chosen_lengths: torch.Tensor, rejected_lengths: torch.Tensor, beta: float,
+                    gamma: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(-log σ(r_w - r_l - γ), r_w, r_l) per pair, with the reference-free rewards r = (β/|y|) log p_θ(y|x)."""
+    chosen_rewards = beta * policy_chosen_logps / chosen_lengths  # the average token log-prob, times β
+    rejected_rewards = beta * policy_rejected_logps / rejected_lengths
+    loss = -F.logsigmoid(chosen_rewards - rejected_rewards - gamma)
+    return loss, chosen_rewards.detach(), rejected_rewards.detach()
+
+
+def orpo_pair_loss(policy_chosen_logps: torch.Tensor, policy_rejected_logps: torch.Tensor,
+                   chosen_lengths: torch.Tensor, rejected_lengths: torch.Tensor,
+                   lam: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(L_SFT + λ L_OR, log odds(y_w), log odds(y_l)) per pair; odds of P = exp((1/|y|) log p_θ(y|x))."""
+    chosen_avg = policy_chosen_logps / chosen_lengths  # log P_θ(y_w|x)
+    rejected_avg = policy_rejected_logps / rejected_lengths
+    chosen_log_odds = chosen_avg - torch.log1p(-torch.exp(chosen_avg))  # log P - log(1 - P)
+    rejected_log_odds = rejected_avg - torch.log1p(-torch.exp(rejected_avg))
+    odds_ratio_loss = -F.logsigmoid(chosen_log_odds - rejected_log_odds)
+    return -chosen_avg + lam * odds_ratio_loss, chosen_log_odds.detach(), rejected_log_odds.detach()
+
+
+def kto_example_loss(policy_logps: torch.Tensor, ref_logps: torch.Tensor, desirable: torch.Tensor,
+                     policy_kl_logps: torch.Tensor, ref_kl_logps: torch.Tensor, beta: float, desirable_weight: float,
+                     undesirable_weight: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(λ_y - v(x, y), β r_θ, z_ref) per example; z_ref = max(0, mean of the mismatched pairs' log-ratios)."""
+    logratio = policy_logps - ref_logps  # r_θ(x, y)
+    z_ref = (policy_kl_logps - ref_kl_logps).mean().clamp_min(0).detach()  # the reference point, no gradient
+    value = torch.where(desirable, desirable_weight * torch.sigmoid(beta * (logratio - z_ref)),
+                        undesirable_weight * torch.sigmoid(beta * (z_ref - logratio)))
+    weight = torch.where(desirable, desirable_weight, undesirable_weight).to(value)  # λ_y
+    return weight - value, beta * logratio.detach(), z_ref
+
+
+def my_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):
+    """One GRPO step: sample G answers per prompt, reward, group advantages, clipped loss (β = 0), one update."""
+    model.eval()
+    rollout = sample(model, tokenizer, prompts, group_size=group_size, max_new_tokens=arithmetic.MAX_NEW_TOKENS,
+                     generator=generator)
+    rewards = torch.tensor(arithmetic.correctness_reward(rollout.prompts, rollout.completions))  # (B,)
+    R = rewards.view(-1, group_size)  # one row per prompt
+    std = R.std(1, keepdim=True)
+    advantages = torch.where(std < 1e-4, torch.zeros_like(R), (R - R.mean(1, keepdim=True)) / std.clamp_min(1e-4))
+    advantages = advantages.reshape(-1)  # (B,)
+    model.train()
+    logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                             prompt_length=rollout.prompt_length)  # (B, P + N), with a gradient
+    mask = rollout.response_mask.bool()
+    ratio = torch.exp(torch.where(mask, logp - rollout.logprobs, torch.zeros_like(logp)))  # old = sampling log-probs
+    A = advantages[:, None]
+    objective = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)
+    loss = -torch.where(mask, objective, torch.zeros_like(objective)).sum() / mask.sum()  # token mean
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    model.eval()
+    return StepOutput(rollout.completions, rewards, advantages, loss.detach())

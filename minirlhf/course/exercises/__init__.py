@@ -30,10 +30,12 @@ from typing import Any
 from minirlhf.course.exercises import dpo, grpo, policy_gradient, ppo, reward_model
 from minirlhf.course.exercises.engine import STRICT_ENV, Case, Exercise, ExerciseFailed, Mistake, Variant, check
 
-__all__ = ["STRICT_ENV", "TAG_PREFIX", "Case", "Exercise", "ExerciseFailed", "Mistake", "Variant", "EXERCISES",
-           "EXERCISES_LIST", "check_function", "fill_solutions", "list_exercises", "solution", "solution_source"]
+__all__ = ["CAPSTONE_TAG", "STRICT_ENV", "TAG_PREFIX", "Case", "Exercise", "ExerciseFailed", "Mistake", "Variant",
+           "EXERCISES", "EXERCISES_LIST", "check_function", "fill_solutions", "list_exercises", "solution",
+           "solution_source"]
 
 TAG_PREFIX = "exercise:"
+CAPSTONE_TAG = "capstone:grpo-step"  # the capstone's my_step (minirlhf.course.capstone)
 EXERCISES_LIST: list[Exercise] = [*policy_gradient.EXERCISES, *ppo.EXERCISES, *grpo.EXERCISES, *dpo.EXERCISES,
                                   *reward_model.EXERCISES]
 EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}
@@ -74,12 +76,17 @@ def solution(exercise_id: str) -> None:
 
 
 def fill_solutions(nb: Any) -> Any:
-    """Replace every stub cell tagged "exercise:<id>" in a notebook (nbformat node or dict) with its solution.
+    """Replace every stub cell tagged "exercise:<id>" (or the capstone's) in a notebook with its solution.
 
     Returns the notebook (changed in place) so the headless test can run a notebook with every exercise solved.
     """
     for cell in nb["cells"]:
-        tags = [t for t in cell.get("metadata", {}).get("tags", []) if t.startswith(TAG_PREFIX)]
+        all_tags = cell.get("metadata", {}).get("tags", [])
+        tags = [t for t in all_tags if t.startswith(TAG_PREFIX)]
         if cell["cell_type"] == "code" and tags:
             cell["source"] = solution_source(tags[0][len(TAG_PREFIX):])
+        elif cell["cell_type"] == "code" and CAPSTONE_TAG in all_tags:
+            from minirlhf.course import capstone  # loads the model stack: only where a capstone is filled in
+
+            cell["source"] = capstone.solution_source()
     return nb

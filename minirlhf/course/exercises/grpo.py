@@ -1,4 +1,4 @@
-"""Exercises of notebook 04: group-normalised advantages, the k3 KL estimator."""
+"""Exercises of notebook 04: group-normalised advantages, the k3 KL estimator, GRPO's full loss."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import inspect
 import torch
 
 from minirlhf import losses
-from minirlhf.course.exercises.engine import Case, Exercise, Mistake, Variant, randn, tensor
+from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, Variant, randn, tensor
 
 # A group whose std is below this counts as constant (Â = 0): the library's own threshold, read from
 # grpo_advantages' default so the cases follow it if it moves.
@@ -195,4 +195,80 @@ K3_ESTIMATOR = Exercise(
     grad_inputs=("logp",),
 )
 
-EXERCISES = [GRPO_ADVANTAGES, K3_ESTIMATOR]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# grpo-loss
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta):
+    return losses.grpo_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta, aggregation="token-mean")[0]
+
+
+def _grpo_loss_cases():
+    logp, old_logp, ref_logp = (randn(2, 5, seed=s) * 0.4 - 1.5 for s in (21, 22, 23))
+    full = torch.ones(2, 5, dtype=DTYPE)
+    padded_logp = tensor([[-1.0, -0.4, -2.0, -9.0], [-0.2, -9.0, -9.0, -9.0], [-1.5, -1.1, -0.7, -0.3]])
+    padded_old = tensor([[-1.3, -0.1, -2.0, 0.0], [-0.9, 0.0, 0.0, 0.0], [-1.4, -1.2, -0.9, -0.2]])
+    padded_ref = tensor([[-0.8, -0.9, -1.0, 5.0], [-0.5, 5.0, 5.0, 5.0], [-1.6, -0.9, -0.9, -0.5]])
+    padded_mask = tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    return [
+        Case("random tokens, Â of both signs, β = 0.04", dict(logp=logp, old_logp=old_logp, ref_logp=ref_logp,
+                                                              advantages=tensor([1.2, -0.7]), mask=full, eps=0.2,
+                                                              beta=0.04)),
+        Case("first step: old = θ, p_ref far away, β = 0.5",
+             dict(logp=logp, old_logp=logp.clone(), ref_logp=ref_logp, advantages=tensor([-0.5, 1.5]), mask=full,
+                  eps=0.2, beta=0.5)),
+        Case("ε = 0.1, β = 0.1", dict(logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=tensor([0.8, -1.1]),
+                                      mask=full, eps=0.1, beta=0.1)),
+        Case("β = 0: the clipped surrogate alone", dict(logp=logp, old_logp=old_logp, ref_logp=ref_logp,
+                                                        advantages=tensor([2.0, 0.5]), mask=full, eps=0.3, beta=0.0)),
+        Case("padding (garbage after the last token), lengths 3, 1 and 4",
+             dict(logp=padded_logp, old_logp=padded_old, ref_logp=padded_ref, advantages=tensor([1.0, -2.0, 0.5]),
+                  mask=padded_mask, eps=0.2, beta=0.2)),
+    ]
+
+
+def _grpo_loss_with(kl=losses.kl_k3, kl_sign=-1.0, aggregation="token-mean", clip=True, mask_kl=True):
+    """GRPO's loss with one thing made wrong on purpose."""
+    def loss(logp, old_logp, ref_logp, advantages, mask, eps, beta):
+        keep = mask.bool()
+        logp, old_logp, ref_logp = (torch.where(keep, x, torch.zeros_like(x)) for x in (logp, old_logp, ref_logp))
+        ratio = torch.exp(logp - old_logp)
+        A = advantages[:, None].expand_as(ratio)
+        surrogate = losses.clipped_surrogate(ratio, A, eps) if clip else ratio * A
+        objective = surrogate + kl_sign * beta * kl(logp, ref_logp)
+        if not mask_kl:
+            return -losses.aggregate(surrogate, mask, aggregation) + beta * kl(logp, ref_logp).mean()
+        return -losses.aggregate(objective, mask, aggregation)
+    return loss
+
+
+GRPO_LOSS = Exercise(
+    "grpo-loss", "grpo", "grpo_token_loss", _grpo_loss, _grpo_loss_cases,
+    (
+        Mistake("KL with the wrong sign", _grpo_loss_with(kl_sign=1.0),
+                "the KL term has the wrong sign: it is a PENALTY, J_t = min(r_t Â, clip(r_t) Â) - β k3_t, and "
+                "the loss is -J, so β k3 is ADDED to the loss."),
+        Mistake("k1 instead of k3", _grpo_loss_with(kl=losses.kl_k1),
+                "the KL estimate is k1 = log p_θ - log p_ref: GRPO uses k3 = p_ref/p_θ - log(p_ref/p_θ) - 1, "
+                "which is never negative."),
+        Mistake("k3 upside down", _grpo_loss_with(kl=lambda logp, ref: losses.kl_k3(ref, logp)),
+                "k3's ratio is upside down: k3 = p_ref/p_θ - log(p_ref/p_θ) - 1, with p_ref/p_θ = "
+                "exp(ref_logp - logp)."),
+        Mistake("mean per sequence", _grpo_loss_with(aggregation="seq-mean"),
+                "you average each response, then the responses (the GRPO paper's 1/|o_i|): this exercise asks for "
+                "the token mean (DAPO), Σ (mask · J) / Σ mask over the whole batch."),
+        Mistake("padding counted in the mean", _grpo_loss_with(aggregation="constant"),
+                "padding is counted in the mean: divide by the number of real tokens (mask.sum()), not by B·T."),
+        Mistake("no clipping", _grpo_loss_with(clip=False),
+                "the ratio is never clipped: J_t = min(r_t Â, clip(r_t, 1 - ε, 1 + ε) Â) - β k3_t."),
+        Mistake("KL averaged over padding too", _grpo_loss_with(mask_kl=False),
+                "the KL penalty is averaged over every position, padding included: mask it like the surrogate, "
+                "inside the same token mean."),
+    ),
+    grad_inputs=("logp",),
+)
+
+EXERCISES = [GRPO_ADVANTAGES, K3_ESTIMATOR, GRPO_LOSS]

@@ -1,8 +1,9 @@
-"""Exercises of notebook 03: the clipped PPO loss, GAE."""
+"""Exercises of notebook 03: the clipped PPO loss, GAE, the per-token KL reward."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from minirlhf import losses
 from minirlhf.course import toy
@@ -211,4 +212,79 @@ GAE = Exercise(
     ),
 )
 
-EXERCISES = [PPO_CLIP, GAE]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# kl-reward
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _kl_reward(rewards, logp, ref_logp, mask, beta):
+    return losses.token_rewards(rewards, mask, losses.kl_k1(logp, ref_logp), beta)
+
+
+def _kl_reward_cases():
+    logp, ref_logp = randn(2, 4, seed=31) * 0.5 - 1.0, randn(2, 4, seed=32) * 0.5 - 1.0
+    padded_logp = tensor([[-0.5, -1.0, -2.0, -9.0, -9.0], [-0.7, -9.0, -9.0, -9.0, -9.0],
+                          [-1.0, -0.2, -0.4, -0.6, -0.8]])
+    padded_ref = tensor([[-0.9, -0.8, -1.0, 3.0, 3.0], [-0.2, 3.0, 3.0, 3.0, 3.0], [-1.1, -0.5, -0.1, -0.9, -0.6]])
+    padded_mask = tensor([[1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]])
+    return [
+        Case("full rows, β = 0.1", dict(rewards=tensor([1.0, -0.5]), logp=logp, ref_logp=ref_logp,
+                                        mask=torch.ones(2, 4, dtype=DTYPE), beta=0.1)),
+        Case("p_θ = p_ref: only R, on the last token", dict(rewards=tensor([2.0, 0.5]), logp=logp,
+                                                            ref_logp=logp.clone(), mask=torch.ones(2, 4, dtype=DTYPE),
+                                                            beta=0.3)),
+        Case("padding (garbage log-probs after the last token), lengths 3, 1 and 5",
+             dict(rewards=tensor([1.0, -1.0, 0.25]), logp=padded_logp, ref_logp=padded_ref, mask=padded_mask,
+                  beta=0.05)),
+        Case("β = 1, one-token responses", dict(rewards=tensor([0.5, 1.5]), logp=tensor([[-0.2], [-3.0]]),
+                                                ref_logp=tensor([[-1.2], [-1.0]]),
+                                                mask=torch.ones(2, 1, dtype=DTYPE), beta=1.0)),
+    ]
+
+
+def _kl_reward_with(kl=losses.kl_k1, kl_sign=-1.0, where="last", mask_kl=True, kl_at_end=False):
+    """The per-token KL reward with one thing made wrong on purpose."""
+    def rewards_of(rewards, logp, ref_logp, mask, beta):
+        keep = mask.bool()
+        penalty = beta * kl(logp, ref_logp)
+        if mask_kl:
+            penalty = torch.where(keep, penalty, torch.zeros_like(penalty))
+        r = kl_sign * penalty
+        if kl_at_end:
+            r = torch.zeros_like(r)
+            rewards = rewards - penalty.sum(-1)
+        last = keep.sum(-1) - 1
+        column = {"last": last, "first": torch.zeros_like(last), "end": torch.full_like(last, mask.shape[1] - 1)}
+        if where == "every":
+            return r + rewards[:, None] * mask
+        return r + F.one_hot(column[where], mask.shape[1]).to(r.dtype) * rewards[:, None]
+    return rewards_of
+
+
+KL_REWARD = Exercise(
+    "kl-reward", "ppo", "kl_penalized_rewards", _kl_reward, _kl_reward_cases,
+    (
+        Mistake("KL with the wrong sign", _kl_reward_with(kl_sign=1.0),
+                "the KL term has the wrong sign: r_t = -β (log p_θ - log p_ref), a PENALTY for drifting from p_ref."),
+        Mistake("k3 instead of k1", _kl_reward_with(kl=losses.kl_k3),
+                "this is k3: the per-token reward of Ziegler et al. and InstructGPT uses the plain log-ratio, "
+                "r_t = -β (log p_θ(y_t) - log p_ref(y_t)), whose sum over the response is the sampled KL."),
+        Mistake("R on every token", _kl_reward_with(where="every"),
+                "R is added to every token: the reward model scores the whole answer once, so R goes on the last "
+                "real token only (the sum over the tokens must be R - β Σ_t kl_t)."),
+        Mistake("R on the first token", _kl_reward_with(where="first"),
+                "R is on the first token: it belongs on the LAST real token, the one that completes the answer."),
+        Mistake("R on the last column", _kl_reward_with(where="end"),
+                "R is put in the last column, which is padding for a shorter response: the last real token of row "
+                "i is column mask[i].sum() - 1."),
+        Mistake("padding not masked", _kl_reward_with(mask_kl=False),
+                "the padded positions get a KL penalty too: the reward is 0 after the last real token."),
+        Mistake("the whole KL on the last token", _kl_reward_with(kl_at_end=True),
+                "the summed KL is folded into R on the last token (that is RLOO's sequence reward): here each token "
+                "carries its own penalty, r_t = -β (log p_θ - log p_ref), and R is added on the last one."),
+    ),
+)
+
+EXERCISES = [PPO_CLIP, GAE, KL_REWARD]

@@ -1,0 +1,43 @@
+"""Best-of-N sampling as a baseline on the reward–KL plane.
+
+Draw N answers from p, keep the one with the highest reward. The policy this defines, p_N, moves away from p by
+
+    KL(p_N || p) = log N - (N - 1) / N                   (Stiennon et al., 2020; Gao, Schulman and Hilton, 2023)
+
+when rewards never tie. `best_of_n_probs` gives p_N exactly for a categorical p (the chance that outcome k is the
+best of N draws is F(k)^N - F(k-1)^N, F the cumulative probability in reward order), so the formula can be checked
+on a toy: it is exact in the limit of many outcomes, and an upper bound otherwise (Beirami et al., 2024).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def kl_bound(n: int) -> float:
+    """log N - (N - 1)/N: the KL of best-of-N from its base policy when rewards never tie."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return math.log(n) - (n - 1) / n
+
+
+def best_of_n_probs(probs: torch.Tensor, rewards: torch.Tensor, n: int) -> torch.Tensor:
+    """p_N(k) = F(k)^N - F(k-1)^N for a categorical `probs` (K,) whose outcomes have distinct `rewards` (K,)."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if torch.unique(rewards).numel() != rewards.numel():
+        raise ValueError("rewards must be distinct: with ties, which answer best-of-N keeps is up to the tie-break")
+    order = torch.argsort(rewards)
+    cdf = torch.cumsum(probs[order], 0).clamp(max=1.0)  # F(k) in reward order
+    below = torch.cat([cdf.new_zeros(1), cdf[:-1]])  # F(k - 1)
+    out = torch.empty_like(probs)
+    out[order] = cdf**n - below**n
+    return out
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> float:
+    """KL(p || q) = Σ p log p/q over the outcomes where p > 0."""
+    support = p > 0
+    return float((p[support] * (p[support].log() - q[support].log())).sum())

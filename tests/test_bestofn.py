@@ -1,0 +1,45 @@
+"""Best-of-N's KL from its base policy: log N - (N - 1)/N, checked on categorical toys."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from minirlhf.course import bestofn
+
+
+def test_the_bound_at_small_n():
+    assert bestofn.kl_bound(1) == 0.0
+    assert bestofn.kl_bound(2) == pytest.approx(math.log(2) - 0.5)
+    assert bestofn.kl_bound(16) == pytest.approx(math.log(16) - 15 / 16)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4, 8, 16, 64])
+def test_the_formula_is_exact_for_many_equally_likely_outcomes(n):
+    K = 20000
+    probs = torch.full((K,), 1.0 / K, dtype=torch.float64)
+    rewards = torch.randn(K, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    p_n = bestofn.best_of_n_probs(probs, rewards, n)
+    assert p_n.sum().item() == pytest.approx(1.0)
+    assert bestofn.kl(p_n, probs) == pytest.approx(bestofn.kl_bound(n), abs=2e-3)
+
+
+def test_the_formula_bounds_a_coarse_distribution_and_a_monte_carlo_estimate_agrees():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05], dtype=torch.float64)
+    rewards = torch.tensor([0.0, 1.0, 2.0, 3.0], dtype=torch.float64)
+    for n in (2, 4, 8):
+        assert bestofn.kl(bestofn.best_of_n_probs(probs, rewards, n), probs) < bestofn.kl_bound(n)
+    draws = torch.multinomial(probs, 4 * 200000, replacement=True,
+                              generator=torch.Generator().manual_seed(1)).view(-1, 4)
+    best = draws.gather(1, rewards[draws].argmax(1, keepdim=True)).squeeze(1)  # best of 4, sampled
+    empirical = torch.bincount(best, minlength=4).double() / best.numel()
+    assert torch.allclose(empirical, bestofn.best_of_n_probs(probs, rewards, 4), atol=5e-3)
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="n must be >= 1"):
+        bestofn.kl_bound(0)
+    with pytest.raises(ValueError, match="distinct"):
+        bestofn.best_of_n_probs(torch.ones(3) / 3, torch.tensor([1.0, 1.0, 2.0]), 2)
