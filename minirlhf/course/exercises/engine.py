@@ -28,6 +28,7 @@ from minirlhf.errors import env_flag
 
 DTYPE = torch.float64  # every case is built in float64, so a correct answer agrees to ~1e-12
 RTOL, ATOL = 1e-6, 1e-9
+FLOAT32_RTOL = 1e-4  # a result within this of the reference, yet outside RTOL, is float32 arithmetic (or a stray ε)
 STRICT_ENV = "MINIRLHF_EXERCISES_STRICT"
 TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 ENGINE_DIR = str(Path(__file__).resolve().parent)
@@ -311,6 +312,14 @@ def _describe(result: Any) -> str:
     return f"a tensor of {_shape(result)} and dtype {result.dtype}"
 
 
+def _nearly(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> bool:
+    """Whether the outputs agree to float32's precision (about 1e-5 relative) though not to float64's."""
+    def near(a: torch.Tensor, e: torch.Tensor) -> bool:
+        scale = float(e.abs().max()) if e.numel() else 0.0
+        return a.shape == e.shape and bool(torch.allclose(a, e, rtol=FLOAT32_RTOL, atol=FLOAT32_RTOL * scale))
+    return len(actual) == len(expected) and all(near(a, e) for a, e in zip(actual, expected))
+
+
 def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what: str) -> str:
     if what == "an input changed in place":
         return ("work on copies: x = x * mask or x = x.clone() before changing it, not x *= mask, x[...] = 0 or "
@@ -325,6 +334,10 @@ def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what:
         return f"read the error and the line it points at (stuck? exercises.solution({exercise.id!r}))."
     if not what.startswith("the values"):
         return f"return what the stub describes: {_describe(expected.result)}."
+    if _nearly(actual.values, expected.values):
+        return ("your numbers agree with the reference to about 5 digits but not to float64's 12: a step computes in "
+                "float32 (torch.tensor(...) or torch.zeros(...) without dtype=, .float()), or a small constant "
+                "(an ε added somewhere) is not in the equation. Keep the inputs' dtype and the equation's terms.")
     return f"compare your steps with the equation term by term (stuck? exercises.solution({exercise.id!r}))."
 
 
