@@ -957,3 +957,33 @@ def test_a_missing_gradient_is_explained(capsys):
         return torch.tensor(-F.logsigmoid(chosen_scores - rejected_scores).mean().item(), dtype=torch.float64)
     out = _refused("bradley-terry", bt, capsys)
     assert "none (no gradient reaches it)" in out and "no gradient reaches chosen_scores" in out
+
+
+def rloo_sum_without_keepdim(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(1) - R) / (group_size - 1)).reshape(-1)
+
+
+def k3_through_numpy(logp, ref_logp):
+    d = torch.from_numpy(ref_logp.numpy() - logp.numpy())
+    return d.exp() - d - 1
+
+
+def bt_margin_in_place(chosen_scores, rejected_scores):
+    chosen_scores -= rejected_scores
+    return -F.logsigmoid(chosen_scores).mean()
+
+
+def k3_trailing_comma(logp, ref_logp):
+    d = ref_logp - logp
+    return d.exp() - d - 1,
+
+
+@pytest.mark.parametrize("exercise_id, wrong, words", [
+    ("rloo-baseline", rloo_sum_without_keepdim, "keepdim=True drops a dimension"),
+    ("k3-estimator", k3_through_numpy, "numpy leaves autograd"),
+    ("bradley-terry", bt_margin_in_place, "an input is changed in place"),
+    ("k3-estimator", k3_trailing_comma, "a stray trailing comma?"),
+], ids=["broadcast error", "numpy on a grad input", "in-place on a grad input", "trailing comma"])
+def test_common_errors_and_forms_are_explained(exercise_id, wrong, words, capsys):
+    assert words in _refused(exercise_id, wrong, capsys)
