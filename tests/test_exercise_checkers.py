@@ -529,6 +529,12 @@ def grpo_leave_one_out(rewards, group_size):
     return torch.where(std < 1e-4, 0.0, (R - others) / std.clamp_min(1e-4)).flatten()
 
 
+def grpo_range_below_threshold(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    constant = (R.max(1, keepdim=True).values - R.min(1, keepdim=True).values) <= 1e-4
+    return torch.where(constant, 0.0, (R - R.mean(1, keepdim=True)) / R.std(1, keepdim=True)).flatten()
+
+
 def k3_log_softmax_first(logp, ref_logp):
     d = torch.log_softmax(ref_logp, -1) - torch.log_softmax(logp, -1)
     return d.exp() - d - 1
@@ -625,6 +631,7 @@ STUDENT_MISTAKES += [
     ("grpo-advantages", "variance instead of std", grpo_variance),
     ("grpo-advantages", "threshold too high", grpo_threshold_1e3),
     ("grpo-advantages", "leave-one-out centring", grpo_leave_one_out),
+    ("grpo-advantages", "range as the constant test", grpo_range_below_threshold),
     ("k3-estimator", "log-softmax of log-probs", k3_log_softmax_first),
     ("k3-estimator", "|k1|", k3_abs_k1),
     ("k3-estimator", "log term added", k3_plus_log),

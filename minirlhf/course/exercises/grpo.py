@@ -12,6 +12,7 @@ from minirlhf.course.exercises.engine import Case, Exercise, Mistake, Variant, r
 # A group whose std is below this counts as constant (Â = 0): the library's own threshold, read from
 # grpo_advantages' default so the cases follow it if it moves.
 CONSTANT_GROUP_STD = inspect.signature(losses.grpo_advantages).parameters["eps"].default
+NOISE = 1.5 * CONSTANT_GROUP_STD  # a near-constant group's one off reward: std below the threshold, range above
 TRL_STD_EPS = 1e-4  # TRL's GRPOTrainer: Â = (R - mean) / (std + 1e-4), no threshold
 
 # ---------------------------------------------------------------------------------------------------------
@@ -24,7 +25,8 @@ def _grpo_advantages(rewards, group_size):
 
 
 def _grpo_cases():
-    noise, spread = CONSTANT_GROUP_STD, 3 * CONSTANT_GROUP_STD  # one reward off by these: std = 1/2 of it (G = 4)
+    # one reward off by these: std = 1/2 of it (G = 4); the noise's range (max - min) is above the threshold
+    noise, spread = NOISE, 3 * CONSTANT_GROUP_STD
     return [
         Case("the lecture's group: 2 correct out of 8", dict(rewards=tensor([1, 0, 1, 0, 0, 0, 0, 0]), group_size=8)),
         Case("two groups of 4 with different spreads", dict(rewards=tensor([0.1, 0.9, 0.4, 0.6, 3.0, -2.0, 1.0, 0.0]),
@@ -33,7 +35,7 @@ def _grpo_cases():
         Case("a group with zero std (every answer right)", dict(rewards=tensor([1, 1, 1, 1, 1, 0, 0, 1]),
                                                                 group_size=4)),
         Case(f"float noise: a group with 0 < std < {CONSTANT_GROUP_STD:g} counts as constant",
-             dict(rewards=tensor([0.5, 0.5 + noise, 0.5, 0.5, 0.0, 1.0, 0.0, 0.5]), group_size=4)),
+             dict(rewards=tensor([0.5, 0.5 + noise, 0.5, 0.5, 1.0, 1.0, 1.0 - noise / 3, 1.0]), group_size=4)),
         Case(f"a small real spread: std = {spread / 2:g}, above the threshold",
              dict(rewards=tensor([2.0, 2.0, 2.0 + spread, 2.0]), group_size=4)),
         Case("random rewards, groups of 8", dict(rewards=randn(16, seed=8), group_size=8)),
@@ -114,6 +116,13 @@ def _grpo_leave_one_out_centred(rewards, group_size):
                        ).reshape(-1)
 
 
+def _grpo_range_as_test(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    spread = R.amax(1, keepdim=True) - R.amin(1, keepdim=True)
+    return torch.where(spread < CONSTANT_GROUP_STD, torch.zeros_like(R),
+                       (R - R.mean(1, keepdim=True)) / R.std(1, keepdim=True)).reshape(-1)
+
+
 def _grpo_trl(rewards, group_size):
     R = rewards.view(-1, group_size)
     return ((R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True) + TRL_STD_EPS)).reshape(-1)
@@ -140,7 +149,7 @@ GRPO_ADVANTAGES = Exercise(
         Mistake("zero std not handled", _grpo_unguarded,
                 "a group whose rewards are all equal has std 0, and 0/0 is NaN: give such a group Â = 0."),
         Mistake("constant only when std is exactly 0", _grpo_only_exact_zero,
-                f"only std == 0 counts as constant: float noise (rewards 0.5 and 0.5 + {CONSTANT_GROUP_STD:g}) "
+                f"only std == 0 counts as constant: float noise (rewards 0.5 and 0.5 + {NOISE:g}) "
                 f"divided by its tiny std becomes ±1-sized advantages. A group whose std is below "
                 f"{CONSTANT_GROUP_STD:g} counts as constant: Â = 0."),
         Mistake("tiny std clamped, not zeroed", _grpo_clamped_not_zeroed,
@@ -158,6 +167,9 @@ GRPO_ADVANTAGES = Exercise(
         Mistake("threshold too high", _grpo_threshold_too_high,
                 f"a group with a real (small) spread is zeroed: the threshold is {CONSTANT_GROUP_STD:g}, "
                 f"std < {CONSTANT_GROUP_STD:g}, no higher."),
+        Mistake("range as the constant test", _grpo_range_as_test,
+                f"a group counts as constant when its STD is below {CONSTANT_GROUP_STD:g}, not its range "
+                f"(max - min): rewards 0.5, 0.5 + {NOISE:g}, 0.5, 0.5 have a range above it and a std below it."),
         Mistake("leave-one-out centring", _grpo_leave_one_out_centred,
                 "you subtract the mean of the OTHER answers (that is RLOO): GRPO subtracts the mean of the whole "
                 "group, the answer itself included."),
