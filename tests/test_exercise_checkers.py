@@ -4,17 +4,21 @@ students really write get the hint that names their mistake.
 For every exercise the worked solution is wrapped into mechanical mutations (an argument dropped or frozen, a
 differentiable input detached, two arguments swapped, inputs shifted by one, the output negated, rescaled,
 reordered, reduced, or returned as None, a list, a number, a wrong shape or dtype, an input changed in place): each
-must be refused. Student-style wrong versions, written here independently of the catalogue, must each be refused
-with their named hint, and correct rewrites (renamed parameters, other formulas, TRL's GRPO advantage) must pass.
+must be refused, and so must the solution computed in float32 and cast back. Student-style wrong versions, written
+here independently of the catalogue, must each be refused with their named hint (or at least refused), and correct
+rewrites (renamed parameters, other formulas, loops, numpy round trips, *args, extra keyword arguments with
+defaults, lambdas, functools.partial, a callable instance, TRL's GRPO advantage) must pass.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 from collections.abc import Callable
 from numbers import Number
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -361,11 +365,401 @@ STUDENT_MISTAKES = [
 ]
 
 
+# Found by attacking the checkers as a student would: each of these once got the generic hint, or passed.
+
+
+def _score(logits, actions):
+    return F.one_hot(actions, logits.shape[-1]).to(logits.dtype) - torch.softmax(logits, -1)
+
+
+def rg_batch_mean_baseline(logits, actions, rewards, baseline):
+    r = rewards[actions]
+    return ((r - r.mean())[:, None] * _score(logits, actions)).mean(0)
+
+
+def rg_plus_baseline(logits, actions, rewards, baseline):
+    return ((rewards[actions] + baseline)[:, None] * _score(logits, actions)).mean(0)
+
+
+def rg_log_softmax_score(logits, actions, rewards, baseline):
+    score = F.one_hot(actions, logits.shape[-1]).double() - torch.log_softmax(logits, -1)
+    return ((rewards[actions] - baseline)[:, None] * score).mean(0)
+
+
+def rg_over_k(logits, actions, rewards, baseline):
+    return ((rewards[actions] - baseline)[:, None] * _score(logits, actions)).sum(0) / len(logits)
+
+
+def rloo_others_summed(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(1, keepdim=True) - R)).flatten()
+
+
+def rloo_floor_division(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(1, keepdim=True) - R) // (group_size - 1)).flatten()
+
+
+def rloo_sum_over_dim0(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(0, keepdim=True) - R) / (group_size - 1)).flatten()
+
+
+def _bandit(logits, rewards, n_steps, n_samples, lr, seed, sample_from_start=False, steps=0, summed=False):
+    generator = torch.Generator().manual_seed(seed)
+    theta = logits.clone()
+    for _ in range(n_steps + steps):
+        p = torch.softmax(logits if sample_from_start else theta, -1)
+        actions = torch.multinomial(p, n_samples, replacement=True, generator=generator)
+        r = rewards[actions]
+        grad = ((r - (r.sum() - r) / (n_samples - 1))[:, None] * _score(theta, actions))
+        theta = theta + lr * (grad.sum(0) if summed else grad.mean(0))
+    return theta
+
+
+def loop_summed(logits, rewards, n_steps, n_samples, lr, seed):
+    return _bandit(logits, rewards, n_steps, n_samples, lr, seed, summed=True)
+
+
+def loop_samples_from_start(logits, rewards, n_steps, n_samples, lr, seed):
+    return _bandit(logits, rewards, n_steps, n_samples, lr, seed, sample_from_start=True)
+
+
+def loop_range_minus_one(logits, rewards, n_steps, n_samples, lr, seed):
+    return _bandit(logits, rewards, n_steps, n_samples, lr, seed, steps=-1)
+
+
+def _ppo_objective(logp, old_logp, advantages, eps, low=None, high=None):
+    ratio = torch.exp(logp - old_logp)
+    clipped = torch.clamp(ratio, 1 - eps if low is None else low, 1 + eps if high is None else high)
+    return torch.min(ratio * advantages, clipped * advantages)
+
+
+def ppo_mask_is_padding(logp, old_logp, advantages, mask, eps):
+    pad = 1 - mask
+    return -(_ppo_objective(logp, old_logp, advantages, eps) * pad).sum() / pad.sum().clamp_min(1)
+
+
+def ppo_clip_in_log_space(logp, old_logp, advantages, mask, eps):
+    log_ratio = logp - old_logp
+    objective = torch.min(log_ratio.exp() * advantages, log_ratio.clamp(-eps, eps).exp() * advantages)
+    return -(objective * mask).sum() / mask.sum()
+
+
+def ppo_clip_minus_eps_eps(logp, old_logp, advantages, mask, eps):
+    return -(_ppo_objective(logp, old_logp, advantages, eps, -eps, eps) * mask).sum() / mask.sum()
+
+
+def ppo_advantage_clipped(logp, old_logp, advantages, mask, eps):
+    ratio = torch.exp(logp - old_logp)
+    objective = torch.min(ratio * advantages, ratio * advantages.clamp(1 - eps, 1 + eps))
+    return -(objective * mask).sum() / mask.sum()
+
+
+def ppo_over_length(logp, old_logp, advantages, mask, eps):
+    return -(_ppo_objective(logp, old_logp, advantages, eps) * mask).sum() / mask.shape[1]
+
+
+def _gae_student(rewards, values, mask, gamma, lam, ts=None, delta_discount=None, carry_delta=False):
+    rewards, values = rewards * mask, values * mask
+    T = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    last, last_delta = torch.zeros_like(rewards[:, 0]), torch.zeros_like(rewards[:, 0])
+    for t in (reversed(range(T)) if ts is None else ts(T)):
+        next_value = values[:, t + 1] if t + 1 < T else 0.0
+        delta = rewards[:, t] + (gamma if delta_discount is None else delta_discount) * next_value - values[:, t]
+        last = (delta + gamma * lam * (last_delta if carry_delta else last)) * mask[:, t]
+        last_delta = delta * mask[:, t]
+        advantages[:, t] = last
+    return advantages
+
+
+def gae_range_to_one(rewards, values, mask, gamma, lam):
+    return _gae_student(rewards, values, mask, gamma, lam, ts=lambda T: range(T - 1, 0, -1))
+
+
+def gae_mask_is_padding(rewards, values, mask, gamma, lam):
+    return _gae_student(rewards, values, 1 - mask, gamma, lam)
+
+
+def gae_lambda_in_delta(rewards, values, mask, gamma, lam):
+    return _gae_student(rewards, values, mask, gamma, lam, delta_discount=gamma * lam)
+
+
+def gae_next_delta(rewards, values, mask, gamma, lam):
+    return _gae_student(rewards, values, mask, gamma, lam, carry_delta=True)
+
+
+def gae_absolute_powers(rewards, values, mask, gamma, lam):
+    deltas = _gae_student(rewards, values, mask, gamma, 0.0)  # λ = 0: the TD errors themselves
+    T = rewards.shape[1]
+    advantages = torch.zeros_like(rewards)
+    for t in range(T):
+        advantages[:, t] = sum((gamma * lam) ** k * deltas[:, k] for k in range(t, T)) * mask[:, t]
+    return advantages
+
+
+def gae_whitened(rewards, values, mask, gamma, lam):
+    a = _gae_student(rewards, values, mask, gamma, lam)
+    real = a[mask.bool()]
+    return ((a - real.mean()) / real.std()) * mask
+
+
+def grpo_std_plus_tiny(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return ((R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True) + 1e-8)).flatten()
+
+
+def grpo_variance(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    var = R.var(1, keepdim=True)
+    return torch.where(var < 1e-4, 0.0, (R - R.mean(1, keepdim=True)) / var.clamp_min(1e-4)).flatten()
+
+
+def grpo_threshold_1e3(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    std = R.std(1, keepdim=True)
+    return torch.where(std < 1e-3, 0.0, (R - R.mean(1, keepdim=True)) / std.clamp_min(1e-3)).flatten()
+
+
+def grpo_leave_one_out(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    std = R.std(1, keepdim=True)
+    others = (R.sum(1, keepdim=True) - R) / (group_size - 1)
+    return torch.where(std < 1e-4, 0.0, (R - others) / std.clamp_min(1e-4)).flatten()
+
+
+def grpo_range_below_threshold(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    constant = (R.max(1, keepdim=True).values - R.min(1, keepdim=True).values) <= 1e-4
+    return torch.where(constant, 0.0, (R - R.mean(1, keepdim=True)) / R.std(1, keepdim=True)).flatten()
+
+
+def k3_log_softmax_first(logp, ref_logp):
+    d = torch.log_softmax(ref_logp, -1) - torch.log_softmax(logp, -1)
+    return d.exp() - d - 1
+
+
+def k3_abs_k1(logp, ref_logp):
+    return torch.abs(logp - ref_logp)
+
+
+def k3_plus_log(logp, ref_logp):
+    d = ref_logp - logp
+    return d.exp() + d - 1
+
+
+def k3_negated(logp, ref_logp):
+    d = ref_logp - logp
+    return d - d.exp() + 1
+
+
+def k3_ratio_detached(logp, ref_logp):
+    d = ref_logp - logp
+    return d.exp().detach() - d - 1
+
+
+def dpo_margin_reversed(pc, pr, rc, rr, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return -F.logsigmoid(rejected - chosen), chosen.detach(), rejected.detach()
+
+
+def dpo_beta_divides(pc, pr, rc, rr, beta):
+    return -F.logsigmoid(((pc - rc) - (pr - rr)) / beta), (beta * (pc - rc)).detach(), (beta * (pr - rr)).detach()
+
+
+def dpo_sigmoid_no_log(pc, pr, rc, rr, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return -torch.sigmoid(chosen - rejected), chosen.detach(), rejected.detach()
+
+
+def dpo_beta_on_policy(pc, pr, rc, rr, beta):
+    loss = -F.logsigmoid((beta * pc - rc) - (beta * pr - rr))
+    return loss, (beta * (pc - rc)).detach(), (beta * (pr - rr)).detach()
+
+
+def dpo_rewards_in_wrong_order(pc, pr, rc, rr, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return -F.logsigmoid(chosen - rejected), rejected.detach(), chosen.detach()
+
+
+def dpo_rewards_without_reference(pc, pr, rc, rr, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rr)
+    return -F.logsigmoid(chosen - rejected), (beta * pc).detach(), (beta * pr).detach()
+
+
+def bt_bce_of_sigmoid(chosen_scores, rejected_scores):
+    p = torch.sigmoid(chosen_scores - rejected_scores)
+    return F.binary_cross_entropy(p, torch.ones_like(p))
+
+
+def bt_each_on_its_own(chosen_scores, rejected_scores):
+    return -(F.logsigmoid(chosen_scores) + F.logsigmoid(-rejected_scores)).mean()
+
+
+def bt_hinge(chosen_scores, rejected_scores):
+    return F.relu(1 - chosen_scores + rejected_scores).mean()
+
+
+def bt_means_first(chosen_scores, rejected_scores):
+    return -F.logsigmoid(chosen_scores.mean() - rejected_scores.mean())
+
+
+STUDENT_MISTAKES += [
+    ("reinforce-gradient", "batch mean for the baseline", rg_batch_mean_baseline),
+    ("reinforce-gradient", "baseline added", rg_plus_baseline),
+    ("reinforce-gradient", "log-probabilities in the score", rg_log_softmax_score),
+    ("reinforce-gradient", "divided by the number of actions", rg_over_k),
+    ("rloo-baseline", "others' sum not averaged", rloo_others_summed),
+    ("rloo-baseline", "floor division", rloo_floor_division),
+    ("rloo-baseline", "sum over the wrong dimension", rloo_sum_over_dim0),
+    ("reinforce-loop", "sum instead of mean", loop_summed),
+    ("reinforce-loop", "samples from the initial policy", loop_samples_from_start),
+    ("reinforce-loop", "one step too few", loop_range_minus_one),
+    ("ppo-clip", "mask read as 1 = padding", ppo_mask_is_padding),
+    ("ppo-clip", "log-ratio clipped at ±ε", ppo_clip_in_log_space),
+    ("ppo-clip", "clip range [-ε, ε]", ppo_clip_minus_eps_eps),
+    ("ppo-clip", "advantage clipped", ppo_advantage_clipped),
+    ("ppo-clip", "divided by the length T", ppo_over_length),
+    ("gae", "first token skipped", gae_range_to_one),
+    ("gae", "mask read as 1 = padding", gae_mask_is_padding),
+    ("gae", "γλ in δ", gae_lambda_in_delta),
+    ("gae", "δ carried instead of Â", gae_next_delta),
+    ("gae", "discount counted from the first token", gae_absolute_powers),
+    ("gae", "advantages normalised", gae_whitened),
+    ("grpo-advantages", "a tiny ε added to the std", grpo_std_plus_tiny),
+    ("grpo-advantages", "variance instead of std", grpo_variance),
+    ("grpo-advantages", "threshold too high", grpo_threshold_1e3),
+    ("grpo-advantages", "leave-one-out centring", grpo_leave_one_out),
+    ("grpo-advantages", "range as the constant test", grpo_range_below_threshold),
+    ("k3-estimator", "log-softmax of log-probs", k3_log_softmax_first),
+    ("k3-estimator", "|k1|", k3_abs_k1),
+    ("k3-estimator", "log term added", k3_plus_log),
+    ("k3-estimator", "sign flipped", k3_negated),
+    ("k3-estimator", "ratio detached", k3_ratio_detached),
+    ("dpo-loss", "margin the wrong way round", dpo_margin_reversed),
+    ("dpo-loss", "β divides", dpo_beta_divides),
+    ("dpo-loss", "no log", dpo_sigmoid_no_log),
+    ("dpo-loss", "β on the policy log-probs only", dpo_beta_on_policy),
+    ("dpo-loss", "rewards swapped", dpo_rewards_in_wrong_order),
+    ("dpo-loss", "rewards without the reference", dpo_rewards_without_reference),
+    ("bradley-terry", "BCE on probabilities", bt_bce_of_sigmoid),
+    ("bradley-terry", "each score on its own", bt_each_on_its_own),
+    ("bradley-terry", "hinge loss", bt_hinge),
+    ("bradley-terry", "scores averaged first", bt_means_first),
+]
+
+
 @pytest.mark.parametrize("exercise_id, name, wrong", STUDENT_MISTAKES,
                          ids=[f"{e}: {n}" for e, n, _ in STUDENT_MISTAKES])
 def test_a_students_wrong_version_gets_the_hint_that_names_it(exercise_id, name, wrong, capsys):
     mistake = next(m for m in exercises.EXERCISES[exercise_id].mistakes if m.name == name)
     assert f"hint: ({name}) {mistake.hint}" in _refused(exercise_id, wrong, capsys)
+
+
+def _in_float32(fn: Callable) -> Callable:
+    """fn computed in float32 and cast back to float64: the dtype is right, the digits are not."""
+    def wrapped(*args):
+        out = fn(*(a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args))
+        return tuple(o.double() for o in out) if isinstance(out, tuple) else out.double()
+    return wrapped
+
+
+@pytest.mark.parametrize("exercise_id", ["ppo-clip", "gae", "k3-estimator", "bradley-terry", "dpo-loss",
+                                         "grpo-advantages"])
+def test_a_float32_computation_cast_back_is_refused(exercise_id, capsys):
+    out = _refused(exercise_id, _in_float32(exercises.EXERCISES[exercise_id].solution_fn), capsys)
+    if exercise_id in ("ppo-clip", "gae", "k3-estimator", "bradley-terry"):
+        assert "agree with the reference to about 5 digits" in out and "float32" in out, out
+
+
+_BANDIT_GENERATORS: dict[str, torch.Generator] = {}
+
+
+def loop_generator_kept_across_calls(logits, rewards, n_steps, n_samples, lr, seed):
+    generator = _BANDIT_GENERATORS.setdefault("g", torch.Generator().manual_seed(seed))  # state leaks between calls
+    theta = logits.clone()
+    for _ in range(n_steps):
+        actions = torch.multinomial(torch.softmax(theta, -1), n_samples, replacement=True, generator=generator)
+        r = rewards[actions]
+        theta = theta + lr * ((r - (r.sum() - r) / (n_samples - 1))[:, None] * _score(theta, actions)).mean(0)
+    return theta
+
+
+def loop_lr_over_n(logits, rewards, n_steps, n_samples, lr, seed):
+    return _bandit(logits, rewards, n_steps, n_samples, lr / n_samples, seed)
+
+
+def rloo_median(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - R.median(1, keepdim=True).values).flatten()
+
+
+def ppo_ratio_of_logps(logp, old_logp, advantages, mask, eps):
+    ratio = logp / old_logp
+    objective = torch.min(ratio * advantages, ratio.clamp(1 - eps, 1 + eps) * advantages)
+    return -(objective * mask).sum() / mask.sum()
+
+
+def gae_wraps_around(rewards, values, mask, gamma, lam):
+    rewards, values = rewards * mask, values * mask
+    T = rewards.shape[1]
+    advantages, last = torch.zeros_like(rewards), torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(T)):
+        last = (rewards[:, t] + gamma * values[:, (t + 1) % T] - values[:, t] + gamma * lam * last) * mask[:, t]
+        advantages[:, t] = last
+    return advantages
+
+
+def gae_output_masked_only(rewards, values, mask, gamma, lam):
+    T = rewards.shape[1]
+    advantages, last = torch.zeros_like(rewards), torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(T)):
+        next_value = values[:, t + 1] * mask[:, t + 1] if t + 1 < T else 0.0
+        last = rewards[:, t] + gamma * next_value - values[:, t] + gamma * lam * last
+        advantages[:, t] = last * mask[:, t]
+    return advantages
+
+
+def grpo_min_max(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    spread = R.max(1, keepdim=True).values - R.min(1, keepdim=True).values
+    return torch.where(spread < 1e-4, 0.0, (R - R.mean(1, keepdim=True)) / spread.clamp_min(1e-4)).flatten()
+
+
+def k3_difference_of_probs(logp, ref_logp):
+    return ref_logp.exp() - logp.exp() - (ref_logp - logp)
+
+
+def dpo_ipo(pc, pr, rc, rr, beta):
+    h = (pc - rc) - (pr - rr)
+    return (h - 1 / (2 * beta)) ** 2, (beta * (pc - rc)).detach(), (beta * (pr - rr)).detach()
+
+
+def dpo_reference_of_chosen_twice(pc, pr, rc, rr, beta):
+    chosen, rejected = beta * (pc - rc), beta * (pr - rc)
+    return -F.logsigmoid(chosen - rejected), chosen.detach(), rejected.detach()
+
+
+def bt_margin_clamped(chosen_scores, rejected_scores):
+    return -F.logsigmoid((chosen_scores - rejected_scores).clamp(-50, 50)).mean()
+
+
+def bt_squared_error(chosen_scores, rejected_scores):
+    return ((chosen_scores - rejected_scores - 1) ** 2).mean()
+
+
+REFUSED = [("reinforce-loop", loop_generator_kept_across_calls), ("reinforce-loop", loop_lr_over_n),
+           ("rloo-baseline", rloo_median), ("ppo-clip", ppo_ratio_of_logps), ("gae", gae_wraps_around),
+           ("gae", gae_output_masked_only), ("grpo-advantages", grpo_min_max),
+           ("k3-estimator", k3_difference_of_probs), ("dpo-loss", dpo_ipo), ("dpo-loss", dpo_reference_of_chosen_twice),
+           ("bradley-terry", bt_margin_clamped), ("bradley-terry", bt_squared_error)]
+
+
+@pytest.mark.parametrize("exercise_id, wrong", REFUSED, ids=[f"{e}: {w.__name__}" for e, w in REFUSED])
+def test_other_wrong_versions_are_refused(exercise_id, wrong, capsys):
+    _BANDIT_GENERATORS.clear()
+    _refused(exercise_id, wrong, capsys)
 
 
 def test_the_issues_three_wrong_versions_are_refused(capsys):
@@ -447,14 +841,84 @@ def grpo_vectorised_with_unbiased(rewards, group_size):
     return torch.where(std < 1e-4, torch.zeros_like(A), A).reshape(-1)
 
 
+def ppo_bound_by_sign(logp, old_logp, advantages, mask, eps):
+    """min(r Â, clip(r) Â) written per sign of Â: the upper bound for Â > 0, the lower one for Â < 0."""
+    ratio = torch.exp(logp - old_logp)
+    bounded = torch.where(advantages > 0, ratio.clamp(max=1 + eps), ratio.clamp(min=1 - eps))
+    return -(bounded * advantages * mask).sum() / mask.sum()
+
+
+def ppo_loop_over_real_tokens(logp, old_logp, advantages, mask, eps, *, eps_high=None):
+    terms = []
+    for b, t in mask.nonzero().tolist():
+        r = torch.exp(logp[b, t] - old_logp[b, t])
+        terms.append(torch.min(r * advantages[b, t], r.clamp(1 - eps, 1 + (eps_high or eps)) * advantages[b, t]))
+    return -torch.stack(terms).mean()
+
+
+def loop_seeding_the_global_generator(logits, rewards, n_steps, n_samples, lr, seed):
+    torch.manual_seed(seed)  # the default generator, seeded once, draws the same numbers as a seeded Generator
+    theta = logits.clone()
+    for _ in range(n_steps):
+        actions = torch.multinomial(theta.exp(), n_samples, replacement=True)  # multinomial normalises the weights
+        r = rewards[actions]
+        theta = theta + lr * (n_samples / (n_samples - 1) * (r - r.mean())[:, None] * _score(theta, actions)).mean(0)
+    return theta
+
+
+def rloo_with_numpy(rewards, group_size):
+    R = rewards.numpy().reshape(-1, group_size)
+    return torch.from_numpy((R - (R.sum(1, keepdims=True) - R) / (group_size - 1)).reshape(-1))
+
+
+def grpo_with_numpy(rewards, group_size):
+    R = rewards.numpy().reshape(-1, group_size)
+    std = R.std(1, ddof=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return torch.from_numpy(np.where(std < 1e-4, 0.0, (R - R.mean(1, keepdims=True)) / std).reshape(-1))
+
+
+def gae_as_a_matrix_product(rewards, values, mask, gamma, lam):
+    real = mask.bool()
+    r, v = torch.where(real, rewards, 0.0), torch.where(real, values, 0.0)
+    deltas = r + gamma * torch.cat([v[:, 1:], torch.zeros_like(v[:, :1])], 1) - v
+    i = torch.arange(r.shape[1])
+    lags = i[None, :] - i[:, None]  # l = k - t
+    weights = torch.where(lags >= 0, (gamma * lam) ** lags.clamp_min(0).to(r.dtype), 0.0)
+    return deltas @ weights.T * mask
+
+
+class K3Estimator:
+    def __call__(self, logp, ref_logp):
+        return torch.expm1(ref_logp - logp) - (ref_logp - logp)
+
+
+def dpo_with_label_smoothing(pc, pr, rc, rr, beta, label_smoothing=0.0):
+    h = beta * ((pc - rc) - (pr - rr))
+    loss = -(1 - label_smoothing) * F.logsigmoid(h) - label_smoothing * F.logsigmoid(-h)
+    return loss, beta * (pc - rc), beta * (pr - rr)  # rewards left attached: harmless, they are metrics
+
+
+def bt_with_star_args(*scores):
+    return F.binary_cross_entropy_with_logits(scores[0] - scores[1], torch.ones_like(scores[0]))
+
+
 CORRECT = [("ppo-clip", ppo_with_masked_mean), ("reinforce-gradient", reinforce_gradient_by_autograd),
            ("bradley-terry", bt_with_softplus), ("k3-estimator", k3_with_expm1),
-           ("grpo-advantages", grpo_vectorised_with_unbiased)]
+           ("grpo-advantages", grpo_vectorised_with_unbiased), ("ppo-clip", ppo_bound_by_sign),
+           ("ppo-clip", ppo_loop_over_real_tokens), ("reinforce-loop", loop_seeding_the_global_generator),
+           ("rloo-baseline", rloo_with_numpy), ("grpo-advantages", grpo_with_numpy), ("gae", gae_as_a_matrix_product),
+           ("k3-estimator", K3Estimator()), ("dpo-loss", dpo_with_label_smoothing),
+           ("bradley-terry", bt_with_star_args),
+           ("reinforce-gradient", lambda *args: reinforce_gradient_by_autograd(*args)),
+           ("gae", functools.partial(exercises.EXERCISES["gae"].solution_fn))]
 
 
-@pytest.mark.parametrize("exercise_id, fn", CORRECT, ids=[e for e, _ in CORRECT])
+@pytest.mark.parametrize("exercise_id, fn", CORRECT, ids=[f"{e}: {getattr(f, '__name__', type(f).__name__)}"
+                                                           for e, f in CORRECT])
 def test_correct_rewrites_pass(exercise_id, fn, capsys):
-    assert exercises.check_function(exercise_id, fn) is True, capsys.readouterr().out
+    with torch.random.fork_rng():  # one of them seeds the global generator
+        assert exercises.check_function(exercise_id, fn) is True, capsys.readouterr().out
 
 
 def test_trls_grpo_advantage_is_accepted_with_a_note_on_how_it_differs(capsys):
@@ -500,3 +964,33 @@ def test_a_missing_gradient_is_explained(capsys):
         return torch.tensor(-F.logsigmoid(chosen_scores - rejected_scores).mean().item(), dtype=torch.float64)
     out = _refused("bradley-terry", bt, capsys)
     assert "none (no gradient reaches it)" in out and "no gradient reaches chosen_scores" in out
+
+
+def rloo_sum_without_keepdim(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(1) - R) / (group_size - 1)).reshape(-1)
+
+
+def k3_through_numpy(logp, ref_logp):
+    d = torch.from_numpy(ref_logp.numpy() - logp.numpy())
+    return d.exp() - d - 1
+
+
+def bt_margin_in_place(chosen_scores, rejected_scores):
+    chosen_scores -= rejected_scores
+    return -F.logsigmoid(chosen_scores).mean()
+
+
+def k3_trailing_comma(logp, ref_logp):
+    d = ref_logp - logp
+    return d.exp() - d - 1,
+
+
+@pytest.mark.parametrize("exercise_id, wrong, words", [
+    ("rloo-baseline", rloo_sum_without_keepdim, "keepdim=True drops a dimension"),
+    ("k3-estimator", k3_through_numpy, "numpy leaves autograd"),
+    ("bradley-terry", bt_margin_in_place, "an input is changed in place"),
+    ("k3-estimator", k3_trailing_comma, "a stray trailing comma?"),
+], ids=["broadcast error", "numpy on a grad input", "in-place on a grad input", "trailing comma"])
+def test_common_errors_and_forms_are_explained(exercise_id, wrong, words, capsys):
+    assert words in _refused(exercise_id, wrong, capsys)

@@ -26,11 +26,13 @@ def _dpo_cases():
         Case("p_θ = p_ref: loss log 2, rewards 0", pairs([-5.0, -9.0], [-6.0, -4.0], [-5.0, -9.0], [-6.0, -4.0], 0.1)),
         Case("β = 2, small margins", pairs([-3.0, -4.2], [-3.5, -4.0], [-3.2, -4.1], [-3.1, -4.4], 2.0)),
         Case("a huge margin the wrong way round", pairs([-900.0], [-10.0], [-10.0], [-10.0], 1.0)),
+        Case("the first step: p_θ a hair from p_ref (float32 rounding shows)",
+             pairs([-30.5 + 2e-5, -12.3 - 3e-5], [-28.1 - 1e-5, -14.7], [-30.5, -12.3], [-28.1, -14.7 + 2e-5], 0.1)),
     ]
 
 
 def _dpo_with(ref_sign=-1.0, beta_on=("chosen", "rejected"), beta_outside=False, loss_sign=-1.0, swapped=False,
-              mean=False):
+              mean=False, margin_sign=1.0, beta_power=1.0, link=F.logsigmoid):
     """The DPO loss with one thing made wrong on purpose (the implicit rewards stay right unless swapped)."""
     def dpo(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta):
         if swapped:
@@ -38,9 +40,9 @@ def _dpo_with(ref_sign=-1.0, beta_on=("chosen", "rejected"), beta_outside=False,
             ref_chosen_logps, ref_rejected_logps = ref_rejected_logps, ref_chosen_logps
         chosen = policy_chosen_logps + ref_sign * ref_chosen_logps
         rejected = policy_rejected_logps + ref_sign * ref_rejected_logps
-        scale = 1.0 if beta_outside else beta
+        scale = 1.0 if beta_outside else beta ** beta_power
         margin = (scale if "chosen" in beta_on else 1.0) * chosen - (scale if "rejected" in beta_on else 1.0) * rejected
-        loss = loss_sign * F.logsigmoid(margin) * (beta if beta_outside else 1.0)
+        loss = loss_sign * link(margin_sign * margin) * (beta if beta_outside else 1.0)
         _, chosen_rewards, rejected_rewards = _dpo(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps,
                                                    ref_rejected_logps, beta)
         return loss.mean() if mean else loss, chosen_rewards, rejected_rewards
@@ -56,6 +58,21 @@ def _dpo_no_beta_in_rewards(policy_chosen_logps, policy_rejected_logps, ref_chos
     loss, chosen, rejected = _dpo(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps,
                                   beta)
     return loss, chosen / beta, rejected / beta
+
+
+def _dpo_rewards_of(chosen_of, rejected_of):
+    """The right loss, with implicit rewards computed wrong."""
+    def dpo(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta):
+        args = (policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)
+        return _dpo(*args)[0], chosen_of(*args), rejected_of(*args)
+    return dpo
+
+
+def _dpo_beta_on_policy_only(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta):
+    chosen = beta * policy_chosen_logps - ref_chosen_logps
+    rejected = beta * policy_rejected_logps - ref_rejected_logps
+    rewards = _dpo(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta)[1:]
+    return (-F.logsigmoid(chosen - rejected), *rewards)
 
 
 def _dpo_log_of_sigmoid(policy_chosen_logps, policy_rejected_logps, ref_chosen_logps, ref_rejected_logps, beta):
@@ -92,6 +109,22 @@ DPO_LOSS = Exercise(
         Mistake("β missing from the rewards", _dpo_no_beta_in_rewards,
                 "the loss is right but the implicit rewards lack β: r = β (log p_θ - log p_ref)."),
         Mistake("log of sigmoid", _dpo_log_of_sigmoid, LOG_SIGMOID_HINT),
+        Mistake("margin the wrong way round", _dpo_with(margin_sign=-1.0),
+                "the margin is rejected minus chosen: the loss is -log σ(r_w - r_l), the CHOSEN reward first."),
+        Mistake("β divides", _dpo_with(beta_power=-1.0),
+                "the margin is divided by β: multiply, -log σ(β h)."),
+        Mistake("no log", _dpo_with(link=torch.sigmoid),
+                "the log is missing: -σ(β h) is minus a probability, the loss is its negative LOG, -log σ(β h)."),
+        Mistake("β on the policy log-probs only", _dpo_beta_on_policy_only,
+                "β multiplies the policy log-probs only: it multiplies the whole log-ratio, "
+                "β (log p_θ(y|x) - log p_ref(y|x))."),
+        Mistake("rewards swapped", _dpo_rewards_of(lambda *a: _dpo(*a)[2], lambda *a: _dpo(*a)[1]),
+                "the loss is right but the two implicit rewards are returned in the wrong order: (loss, r_w, r_l), "
+                "the chosen answer's reward first."),
+        Mistake("rewards without the reference", _dpo_rewards_of(lambda pc, pr, rc, rr, beta: (beta * pc).detach(),
+                                                                 lambda pc, pr, rc, rr, beta: (beta * pr).detach()),
+                "the loss is right but the implicit rewards lack the reference: r = β (log p_θ(y|x) - "
+                "log p_ref(y|x))."),
     ),
     grad_inputs=("policy_chosen_logps", "policy_rejected_logps"),
 )

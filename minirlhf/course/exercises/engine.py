@@ -28,6 +28,7 @@ from minirlhf.errors import env_flag
 
 DTYPE = torch.float64  # every case is built in float64, so a correct answer agrees to ~1e-12
 RTOL, ATOL = 1e-6, 1e-9
+FLOAT32_RTOL = 1e-4  # a result within this of the reference, yet outside RTOL, is float32 arithmetic (or a stray ε)
 STRICT_ENV = "MINIRLHF_EXERCISES_STRICT"
 TORCH_DIR = str(Path(torch.__file__).resolve().parent)
 ENGINE_DIR = str(Path(__file__).resolve().parent)
@@ -219,7 +220,9 @@ def _shape(t: torch.Tensor) -> str:
 
 def _tensor_problem(value: Any, expected: torch.Tensor, what: str) -> str | None:
     if not isinstance(value, torch.Tensor):
-        if isinstance(value, (tuple, list)):
+        if isinstance(value, tuple) and len(value) == 1 and isinstance(value[0], torch.Tensor):
+            advice = "a stray trailing comma? `return x,` returns a tuple, `return x` the tensor"
+        elif isinstance(value, (tuple, list)):
             advice = "build the result with torch ops (torch.stack, torch.where, slicing) instead of a Python list"
         elif value is None:
             advice = "is the `return` missing?"
@@ -311,6 +314,33 @@ def _describe(result: Any) -> str:
     return f"a tensor of {_shape(result)} and dtype {result.dtype}"
 
 
+ERROR_HINTS = {  # words of a torch error: what the student most likely did
+    "must match the size of tensor": "two shapes do not broadcast: print the shape of each operand; a reduction "
+                                     "without keepdim=True drops a dimension, (B/G,) against (B/G, G), and "
+                                     "F.one_hot(a) without num_classes is only as wide as the largest action",
+    "numpy() on Tensor that requires grad": "numpy leaves autograd, so no gradient could reach the input: keep "
+                                            "torch ops from the inputs to the result",
+    "used in an in-place operation": "an input is changed in place (x *= ..., x[...] = ...): work on a copy, "
+                                     "x = x * mask",
+    "invalid for input of size": "the view does not fit the number of elements: rewards.view(-1, G) gives one row "
+                                 "per group of G consecutive rewards",
+}
+
+
+def _error_hint(message: str) -> str:
+    """The hint for an error raised by the student's code: what its words usually mean, else where to look."""
+    return next((hint for words, hint in ERROR_HINTS.items() if words in message),
+                "read the error and the line it points at")
+
+
+def _nearly(actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor]) -> bool:
+    """Whether the outputs agree to float32's precision (about 1e-5 relative) though not to float64's."""
+    def near(a: torch.Tensor, e: torch.Tensor) -> bool:
+        scale = float(e.abs().max()) if e.numel() else 0.0
+        return a.shape == e.shape and bool(torch.allclose(a, e, rtol=FLOAT32_RTOL, atol=FLOAT32_RTOL * scale))
+    return len(actual) == len(expected) and all(near(a, e) for a, e in zip(actual, expected))
+
+
 def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what: str) -> str:
     if what == "an input changed in place":
         return ("work on copies: x = x * mask or x = x.clone() before changing it, not x *= mask, x[...] = 0 or "
@@ -322,9 +352,13 @@ def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what:
                     f".item(), torch.tensor(...) of computed numbers, numpy, or torch.no_grad()).")
         return f"a term that depends on {name} is wrong although the values agree: check each use of {name}."
     if actual.error is not None:
-        return f"read the error and the line it points at (stuck? exercises.solution({exercise.id!r}))."
+        return _error_hint(str(actual.error)) + f" (stuck? exercises.solution({exercise.id!r}))."
     if not what.startswith("the values"):
         return f"return what the stub describes: {_describe(expected.result)}."
+    if _nearly(actual.values, expected.values):
+        return ("your numbers agree with the reference to about 5 digits but not to float64's 12: a step computes in "
+                "float32 (torch.tensor(...) or torch.zeros(...) without dtype=, .float()), or a small constant "
+                "(an ε added somewhere) is not in the equation. Keep the inputs' dtype and the equation's terms.")
     return f"compare your steps with the equation term by term (stuck? exercises.solution({exercise.id!r}))."
 
 

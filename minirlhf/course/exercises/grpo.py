@@ -12,6 +12,7 @@ from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, Var
 # A group whose std is below this counts as constant (Â = 0): the library's own threshold, read from
 # grpo_advantages' default so the cases follow it if it moves.
 CONSTANT_GROUP_STD = inspect.signature(losses.grpo_advantages).parameters["eps"].default
+NOISE = 1.5 * CONSTANT_GROUP_STD  # a near-constant group's one off reward: std below the threshold, range above
 TRL_STD_EPS = 1e-4  # TRL's GRPOTrainer: Â = (R - mean) / (std + 1e-4), no threshold
 
 # ---------------------------------------------------------------------------------------------------------
@@ -24,7 +25,8 @@ def _grpo_advantages(rewards, group_size):
 
 
 def _grpo_cases():
-    noise, spread = CONSTANT_GROUP_STD, 3 * CONSTANT_GROUP_STD  # one reward off by these: std = 1/2 of it (G = 4)
+    # one reward off by these: std = 1/2 of it (G = 4); the noise's range (max - min) is above the threshold
+    noise, spread = NOISE, 3 * CONSTANT_GROUP_STD
     return [
         Case("the lecture's group: 2 correct out of 8", dict(rewards=tensor([1, 0, 1, 0, 0, 0, 0, 0]), group_size=8)),
         Case("two groups of 4 with different spreads", dict(rewards=tensor([0.1, 0.9, 0.4, 0.6, 3.0, -2.0, 1.0, 0.0]),
@@ -33,7 +35,7 @@ def _grpo_cases():
         Case("a group with zero std (every answer right)", dict(rewards=tensor([1, 1, 1, 1, 1, 0, 0, 1]),
                                                                 group_size=4)),
         Case(f"float noise: a group with 0 < std < {CONSTANT_GROUP_STD:g} counts as constant",
-             dict(rewards=tensor([0.5, 0.5 + noise, 0.5, 0.5, 0.0, 1.0, 0.0, 0.5]), group_size=4)),
+             dict(rewards=tensor([0.5, 0.5 + noise, 0.5, 0.5, 1.0, 1.0, 1.0 - noise / 3, 1.0]), group_size=4)),
         Case(f"a small real spread: std = {spread / 2:g}, above the threshold",
              dict(rewards=tensor([2.0, 2.0, 2.0 + spread, 2.0]), group_size=4)),
         Case("random rewards, groups of 8", dict(rewards=randn(16, seed=8), group_size=8)),
@@ -83,6 +85,44 @@ def _grpo_interleaved(rewards, group_size):
     return _normalised(R, R.std(1, keepdim=True)).T.reshape(-1)
 
 
+def _grpo_scaled_by(scale_of):
+    """(R - mean) / scale_of(R), a group of near-equal rewards zeroed: the spread measured wrong."""
+    def advantages(rewards, group_size):
+        R = rewards.view(-1, group_size)
+        return _normalised(R, scale_of(R)).reshape(-1)
+    return advantages
+
+
+def _std_across_prompts(R):
+    """The sample std over dim 0 (NaN, without torch's warning, when there is one prompt)."""
+    return ((R - R.mean(0, keepdim=True)) ** 2).sum(0, keepdim=True).div(R.shape[0] - 1).sqrt()
+
+
+def _grpo_tiny_eps_added(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return ((R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True) + 1e-8)).reshape(-1)
+
+
+def _grpo_threshold_too_high(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return _normalised(R, R.std(1, keepdim=True), zero_below=1e-3).reshape(-1)
+
+
+def _grpo_leave_one_out_centred(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    std = R.std(1, keepdim=True)
+    centred = R - (R.sum(1, keepdim=True) - R) / (group_size - 1)
+    return torch.where(std < CONSTANT_GROUP_STD, torch.zeros_like(R), centred / std.clamp_min(CONSTANT_GROUP_STD)
+                       ).reshape(-1)
+
+
+def _grpo_range_as_test(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    spread = R.amax(1, keepdim=True) - R.amin(1, keepdim=True)
+    return torch.where(spread < CONSTANT_GROUP_STD, torch.zeros_like(R),
+                       (R - R.mean(1, keepdim=True)) / R.std(1, keepdim=True)).reshape(-1)
+
+
 def _grpo_trl(rewards, group_size):
     R = rewards.view(-1, group_size)
     return ((R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True) + TRL_STD_EPS)).reshape(-1)
@@ -109,13 +149,30 @@ GRPO_ADVANTAGES = Exercise(
         Mistake("zero std not handled", _grpo_unguarded,
                 "a group whose rewards are all equal has std 0, and 0/0 is NaN: give such a group Â = 0."),
         Mistake("constant only when std is exactly 0", _grpo_only_exact_zero,
-                f"only std == 0 counts as constant: float noise (rewards 0.5 and 0.5 + {CONSTANT_GROUP_STD:g}) "
+                f"only std == 0 counts as constant: float noise (rewards 0.5 and 0.5 + {NOISE:g}) "
                 f"divided by its tiny std becomes ±1-sized advantages. A group whose std is below "
                 f"{CONSTANT_GROUP_STD:g} counts as constant: Â = 0."),
         Mistake("tiny std clamped, not zeroed", _grpo_clamped_not_zeroed,
                 f"dividing by std.clamp_min({CONSTANT_GROUP_STD:g}) keeps a near-constant group's float noise as "
                 f"advantages of up to ±1: a group whose std is below {CONSTANT_GROUP_STD:g} gets Â = 0 exactly "
                 f"(torch.where)."),
+        Mistake("variance instead of std", _grpo_scaled_by(lambda R: R.var(1, keepdim=True)),
+                "you divide by the variance: divide by the standard deviation, its square root (R.std(1))."),
+        Mistake("std over the wrong dimension", _grpo_scaled_by(_std_across_prompts),
+                "the std is taken over dim 0, across prompts: with R = rewards.view(-1, G) a group is a ROW, "
+                "take mean and std over dim 1 (keepdim=True)."),
+        Mistake("a tiny ε added to the std", _grpo_tiny_eps_added,
+                f"(R - mean) / (std + 1e-8) turns a near-constant group's float noise into ±1-sized advantages: a "
+                f"group whose std is below {CONSTANT_GROUP_STD:g} gets Â = 0 exactly (torch.where)."),
+        Mistake("threshold too high", _grpo_threshold_too_high,
+                f"a group with a real (small) spread is zeroed: the threshold is {CONSTANT_GROUP_STD:g}, "
+                f"std < {CONSTANT_GROUP_STD:g}, no higher."),
+        Mistake("range as the constant test", _grpo_range_as_test,
+                f"a group counts as constant when its STD is below {CONSTANT_GROUP_STD:g}, not its range "
+                f"(max - min): rewards 0.5, 0.5 + {NOISE:g}, 0.5, 0.5 have a range above it and a std below it."),
+        Mistake("leave-one-out centring", _grpo_leave_one_out_centred,
+                "you subtract the mean of the OTHER answers (that is RLOO): GRPO subtracts the mean of the whole "
+                "group, the answer itself included."),
     ),
     variants=(
         Variant("TRL's form (R - mean) / (std + 1e-4)", _grpo_trl,
@@ -168,6 +225,33 @@ def _k3_detached(logp, ref_logp):
     return losses.kl_k3(logp.detach(), ref_logp)
 
 
+def _k3_log_softmaxed(logp, ref_logp):
+    return losses.kl_k3(torch.log_softmax(logp, -1), torch.log_softmax(ref_logp, -1))
+
+
+def _k3_abs_k1(logp, ref_logp):
+    return (logp - ref_logp).abs()
+
+
+def _k3_log_term_added(logp, ref_logp):
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) + log_ratio - 1
+
+
+def _k3_negated(logp, ref_logp):
+    return -losses.kl_k3(logp, ref_logp)
+
+
+def _k3_exp_detached(logp, ref_logp):
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio).detach() - log_ratio - 1
+
+
+def _k3_log_detached(logp, ref_logp):
+    log_ratio = ref_logp - logp
+    return torch.exp(log_ratio) - log_ratio.detach() - 1
+
+
 def _k3_ratio_of_logps(logp, ref_logp):
     ratio = ref_logp / logp  # the wrong "ratio": of the log-probabilities themselves
     return ratio - torch.log(ratio) - 1
@@ -191,6 +275,20 @@ K3_ESTIMATOR = Exercise(
         Mistake("detached log-prob", _k3_detached,
                 "the values are right but no gradient reaches logp: the KL penalty must pull on p_θ, so compute k3 "
                 "with torch ops on logp itself (no .detach(), .item() or torch.tensor(...) of it)."),
+        Mistake("log-softmax of log-probs", _k3_log_softmaxed,
+                "the inputs are already the log-probabilities of the sampled tokens: use them as they are, "
+                "log_softmax over the tokens of a response mixes different positions."),
+        Mistake("|k1|", _k3_abs_k1, "this is |log p_θ - log p_ref|: k3 = p_ref/p_θ - log(p_ref/p_θ) - 1."),
+        Mistake("log term added", _k3_log_term_added,
+                "the log term is added: k3 = p_ref/p_θ - log(p_ref/p_θ) - 1, with a MINUS before the log."),
+        Mistake("sign flipped", _k3_negated,
+                "the sign is flipped: k3 = p_ref/p_θ - log(p_ref/p_θ) - 1 is never negative (x - 1 ≥ log x)."),
+        Mistake("ratio detached", _k3_exp_detached,
+                "the values are right but the gradient is not: the ratio p_ref/p_θ = exp(ref_logp - logp) is "
+                "detached, so only the log term pulls on p_θ. Do not detach any term."),
+        Mistake("log term detached", _k3_log_detached,
+                "the values are right but the gradient is not: the log term is detached, so only the ratio pulls "
+                "on p_θ. Do not detach any term."),
     ),
     grad_inputs=("logp",),
 )

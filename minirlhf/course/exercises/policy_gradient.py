@@ -67,6 +67,27 @@ def _reinforce_gradient_onehot_score(logits, actions, rewards, baseline):
     return ((rewards[actions] - baseline)[:, None] * onehot).mean(0)
 
 
+def _reinforce_gradient_batch_mean_baseline(logits, actions, rewards, baseline):
+    r = rewards[actions]
+    return _reinforce_gradient(logits, actions, rewards - r.mean() + baseline, baseline)
+
+
+def _reinforce_gradient_baseline_added(logits, actions, rewards, baseline):
+    return _reinforce_gradient(logits, actions, rewards, -baseline)
+
+
+def _reinforce_gradient_with_probs(probs_of):
+    """The score onehot(a) - q with q = probs_of(logits) in place of softmax(θ)."""
+    def estimate(logits, actions, rewards, baseline):
+        onehot = torch.nn.functional.one_hot(actions, logits.shape[-1]).to(logits.dtype)
+        return ((rewards[actions] - baseline)[:, None] * (onehot - probs_of(logits))).mean(0)
+    return estimate
+
+
+def _reinforce_gradient_over_k(logits, actions, rewards, baseline):
+    return _reinforce_gradient(logits, actions, rewards, baseline) * len(actions) / logits.shape[-1]
+
+
 REINFORCE_GRADIENT = Exercise(
     "reinforce-gradient", "policy-gradient", "reinforce_gradient", _reinforce_gradient, _reinforce_gradient_cases,
     (
@@ -83,6 +104,18 @@ REINFORCE_GRADIENT = Exercise(
         Mistake("score without the normaliser", _reinforce_gradient_onehot_score,
                 "the score is onehot(a) only: log softmax(θ)_a = θ_a - log Σ_k e^θ_k, and the log-sum-exp term "
                 "contributes -p_θ, so ∇_θ log p_θ(a) = onehot(a) - p_θ."),
+        Mistake("batch mean for the baseline", _reinforce_gradient_batch_mean_baseline,
+                "you subtract the mean reward of the samples, not the baseline argument b: weight each score by "
+                "R(a_i) - b with the b you are given."),
+        Mistake("baseline added", _reinforce_gradient_baseline_added,
+                "the baseline is added: weight each score by R(a_i) - b."),
+        Mistake("log-probabilities in the score", _reinforce_gradient_with_probs(lambda t: torch.log_softmax(t, -1)),
+                "the score subtracts log p_θ: ∇_θ log softmax(θ)_a = onehot(a) - p_θ, with the probabilities "
+                "p_θ = softmax(θ), not their logs."),
+        Mistake("logits used as probabilities", _reinforce_gradient_with_probs(lambda t: t),
+                "the score subtracts the logits θ: ∇_θ log softmax(θ)_a = onehot(a) - p_θ with p_θ = softmax(θ)."),
+        Mistake("divided by the number of actions", _reinforce_gradient_over_k,
+                "you divide by the number of actions K: the estimate averages over the N SAMPLES, (1/N) Σ_i."),
     ),
 )
 
@@ -125,6 +158,26 @@ def _rloo_interleaved(rewards, group_size):
     return (R - (R.sum(0, keepdim=True) - R) / (group_size - 1)).reshape(-1)
 
 
+def _rloo_others_summed(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(1, keepdim=True) - R)).reshape(-1)
+
+
+def _rloo_floor_division(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(1, keepdim=True) - R) // (group_size - 1)).reshape(-1)
+
+
+def _rloo_baseline_returned(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return ((R.sum(1, keepdim=True) - R) / (group_size - 1)).reshape(-1)
+
+
+def _rloo_sum_over_dim0(rewards, group_size):
+    R = rewards.view(-1, group_size)
+    return (R - (R.sum(0, keepdim=True) - R) / (group_size - 1)).reshape(-1)
+
+
 RLOO_BASELINE = Exercise(
     "rloo-baseline", "policy-gradient", "leave_one_out_advantages", losses.rloo_advantages, _rloo_cases,
     (
@@ -139,6 +192,15 @@ RLOO_BASELINE = Exercise(
         Mistake("groups read interleaved", _rloo_interleaved,
                 "your groups are interleaved (every B/G-th reward): a group is G CONSECUTIVE rewards, "
                 "rewards.view(-1, G) (one row per prompt), not rewards.view(G, -1)."),
+        Mistake("others' sum not averaged", _rloo_others_summed,
+                "the baseline is the SUM of the others: it is their mean, (Σ_j R_j - R_i) / (G - 1)."),
+        Mistake("floor division", _rloo_floor_division,
+                "`//` is floor division, it rounds the baseline down: divide with `/`."),
+        Mistake("baseline returned", _rloo_baseline_returned,
+                "you return the baseline b_i itself: the advantage is R_i - b_i."),
+        Mistake("sum over the wrong dimension", _rloo_sum_over_dim0,
+                "you sum over dim 0, across prompts: with R = rewards.view(-1, G) a group is a ROW, sum over dim 1 "
+                "(keepdim=True)."),
     ),
 )
 
@@ -178,19 +240,21 @@ def _train_bandit_cases():
     ]
 
 
-def _train_bandit_with(advantage_fn, lr_sign=1.0, resample=True, reseed=False):
-    """A REINFORCE loop with its advantage rule, direction and sampling made wrong on purpose."""
+def _train_bandit_with(advantage_fn, lr_sign=1.0, resample=True, reseed=False, extra_steps=0, summed=False,
+                       sample_initial=False):
+    """A REINFORCE loop with its advantage rule, direction, sampling and bookkeeping made wrong on purpose."""
     def train(logits, rewards, n_steps, n_samples, lr, seed):
         generator = torch.Generator().manual_seed(seed)
         theta = logits.clone()
         actions = None
-        for _ in range(n_steps):
+        for _ in range(n_steps + extra_steps):
             if reseed:
                 generator = torch.Generator().manual_seed(seed)
             if resample or actions is None:
-                actions = torch.multinomial(torch.softmax(theta, -1), n_samples, replacement=True, generator=generator)
+                p = torch.softmax(logits if sample_initial else theta, -1)
+                actions = torch.multinomial(p, n_samples, replacement=True, generator=generator)
             r = rewards[actions]
-            grad = (advantage_fn(r)[:, None] * _score(theta, actions)).mean(0)
+            grad = (advantage_fn(r)[:, None] * _score(theta, actions)).mean(0) * (n_samples if summed else 1)
             theta = theta + lr_sign * lr * grad
         return theta
     return train
@@ -215,6 +279,20 @@ REINFORCE_LOOP = Exercise(
         Mistake("generator seeded at every step", _train_bandit_with(_loo, reseed=True),
                 "the generator is made (and seeded) inside the loop, so every step replays the same random numbers: "
                 "make it once, before the loop."),
+        Mistake("sum instead of mean", _train_bandit_with(_loo, summed=True),
+                "you sum over the N samples: the gradient estimate is their MEAN, (1/N) Σ_i Â_i ∇ log p_θ(a_i)."),
+        Mistake("samples from the initial policy", _train_bandit_with(_loo, sample_initial=True),
+                "the actions are drawn from softmax of the INITIAL logits: draw them from softmax(θ) of the current "
+                "θ, updated at every step."),
+        Mistake("one step too few", _train_bandit_with(_loo, extra_steps=-1),
+                "one update is missing: make exactly n_steps updates, for _ in range(n_steps)."),
+        Mistake("one step too many", _train_bandit_with(_loo, extra_steps=1),
+                "one update too many: make exactly n_steps updates, for _ in range(n_steps)."),
+        Mistake("advantages divided by their std", _train_bandit_with(lambda r: (r - r.mean()) / (r.std() + 1e-8)),
+                "the advantages are divided by the rewards' std (that is GRPO's rule): REINFORCE with a "
+                "leave-one-out baseline uses Â_i = R_i - mean of the other N - 1 rewards, unscaled."),
+        Mistake("leave-one-out divided by N", _train_bandit_with(lambda r: r - (r.sum() - r) / len(r)),
+                "the others' sum is divided by N: there are only N - 1 others."),
     ),
 )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -27,6 +29,7 @@ def _ppo_cases():
     padded_adv = tensor([[1.0, -1.0, 0.5, 5.0], [2.0, 5.0, 5.0, 5.0]])
     logp, old_logp = randn(3, 6, seed=5) * 0.3 - 1.0, randn(3, 6, seed=6) * 0.3 - 1.0
     ones = torch.ones(1, 2, dtype=DTYPE)
+    hair = tensor([[-5.3, -5.3, -7.1, -7.1]])  # not float32 numbers: rounding them moves the ratios visibly
     return [
         Case("random ratios, Â of both signs", dict(logp=logp, old_logp=old_logp, advantages=randn(3, 6, seed=7),
                                                     mask=torch.ones(3, 6, dtype=DTYPE), eps=eps)),
@@ -54,6 +57,9 @@ def _ppo_cases():
                                                     mask=padded_mask, eps=eps)),
         Case("one-token response next to a longer one", dict(logp=padded_logp, old_logp=padded_old,
                                                              advantages=-padded_adv, mask=padded_mask, eps=0.1)),
+        Case("ratios a hair from 1, Â cancelling: float32 rounding shows",
+             dict(logp=hair + tensor([[1e-3, -2e-3, 3e-3, 0.0]]), old_logp=hair,
+                  advantages=tensor([[1.0, -1.0, 1.0, -1.0]]), mask=torch.ones(1, 4, dtype=DTYPE), eps=eps)),
     ]
 
 
@@ -71,6 +77,28 @@ def _ppo_with(surrogate=losses.clipped_surrogate, ratio_of=lambda logp, old: tor
             return sign * losses.masked_sum(objective, mask)
         return sign * losses.aggregate(objective, mask, reduce)
     return loss
+
+
+def _surrogate_clip_at(low, high):
+    """min(r Â, clip(r, low(ε), high(ε)) Â): the clip range written wrong."""
+    def surrogate(ratio, advantages, eps):
+        return torch.minimum(ratio * advantages, torch.clamp(ratio, low(eps), high(eps)) * advantages)
+    return surrogate
+
+
+def _surrogate_advantage_clipped(ratio, advantages, eps):
+    return torch.minimum(ratio * advantages, ratio * torch.clamp(advantages, 1 - eps, 1 + eps))
+
+
+def _ppo_mask_inverted(logp, old_logp, advantages, mask, eps):
+    objective = losses.clipped_surrogate(torch.exp(logp - old_logp), advantages, eps)
+    padding = 1 - mask
+    return -losses.masked_sum(objective, padding) / padding.sum().clamp_min(1)
+
+
+def _ppo_over_length(logp, old_logp, advantages, mask, eps):
+    objective = losses.clipped_surrogate(torch.exp(logp - old_logp), advantages, eps)
+    return -losses.masked_sum(objective, mask) / mask.shape[1]
 
 
 def _surrogate_max(ratio, advantages, eps):
@@ -120,6 +148,18 @@ PPO_CLIP = Exercise(
         Mistake("mean per sequence", _ppo_with(reduce="seq-mean"),
                 "you average each response, then the responses: that weighs a token of a short response more. "
                 "Average over all real tokens of the batch at once, Σ (mask · objective) / Σ mask."),
+        Mistake("mask read as 1 = padding", _ppo_mask_inverted,
+                "you average over the padding: mask is 1 on the REAL tokens and 0 on padding."),
+        Mistake("advantage clipped", _ppo_with(_surrogate_advantage_clipped),
+                "you clip the advantage: it is the RATIO that is clipped, min(r Â, clip(r, 1 - ε, 1 + ε) Â)."),
+        Mistake("clip range [-ε, ε]", _ppo_with(_surrogate_clip_at(lambda e: -e, lambda e: e)),
+                "the clip range is [-ε, ε]: the ratio is 1 when nothing moved, clip it to [1 - ε, 1 + ε]."),
+        Mistake("log-ratio clipped at ±ε", _ppo_with(_surrogate_clip_at(lambda e: math.exp(-e), math.exp)),
+                "you clip log r at ±ε, which clips r at exp(±ε), not at 1 ± ε: clip the ratio itself, "
+                "clip(r, 1 - ε, 1 + ε)."),
+        Mistake("divided by the length T", _ppo_over_length,
+                "you divide by the padded length T (mask.shape[1]): the loss is the MEAN over all real tokens, "
+                "Σ (mask · objective) / Σ mask."),
     ),
     grad_inputs=("logp",),
 )
@@ -160,24 +200,43 @@ def _gae_cases():
 
 
 def _gae_loop(decay=lambda g, la: g * la, zero_padding=True, mask_output=True, reverse=True, next_offset=1,
-              gamma_in_delta=True, last=0):
+              gamma_in_delta=True, last=0, first=0, invert_mask=False, delta_discount=lambda g, la: g,
+              carry_delta=False):
     """GAE's backward recursion Â_t = δ_t + decay · Â_{t+1}, with its bookkeeping made wrong on purpose."""
     def gae(rewards, values, mask, gamma, lam):
+        if invert_mask:
+            mask = 1 - mask
         if zero_padding:
             rewards, values = rewards * mask, values * mask
         T = rewards.shape[1]
         advantages = torch.zeros_like(rewards)
         running = torch.zeros_like(rewards[:, 0])
-        for t in (reversed(range(T - last)) if reverse else range(T - last)):
+        next_delta = torch.zeros_like(running)
+        for t in (reversed(range(first, T - last)) if reverse else range(first, T - last)):
             s = t + next_offset
             next_value = values[:, s] if s < T else torch.zeros_like(running)
-            delta = rewards[:, t] + (gamma if gamma_in_delta else 1.0) * next_value - values[:, t]
-            running = delta + decay(gamma, lam) * running
+            discount = delta_discount(gamma, lam) if gamma_in_delta else 1.0
+            delta = rewards[:, t] + discount * next_value - values[:, t]
+            running = delta + decay(gamma, lam) * (next_delta if carry_delta else running)
+            next_delta = delta * mask[:, t] if mask_output else delta
             if mask_output:
                 running = running * mask[:, t]
             advantages[:, t] = running
         return advantages
     return gae
+
+
+def _gae_discounted_from_start(rewards, values, mask, gamma, lam):
+    deltas = _gae_loop(decay=lambda g, la: 0.0)(rewards, values, mask, gamma, lam)  # δ_t, 0 on padding
+    powers = (gamma * lam) ** torch.arange(deltas.shape[1], dtype=deltas.dtype)  # (γλ)^l from the FIRST token
+    tail_sums = (deltas * powers).flip(1).cumsum(1).flip(1)
+    return tail_sums * mask
+
+
+def _gae_normalised(rewards, values, mask, gamma, lam):
+    advantages = _gae(rewards, values, mask, gamma, lam)
+    real = mask.bool()
+    return torch.where(real, (advantages - advantages[real].mean()) / advantages[real].std(), 0.0)
 
 
 def _gae_returns(rewards, values, mask, gamma, lam):
@@ -209,6 +268,22 @@ GAE = Exercise(
                 "the recursion runs forwards: Â_t needs Â_{t+1}, so loop t from the last token back to the first."),
         Mistake("returns instead of advantages", _gae_returns,
                 "these are the returns Â_t + V(s_t), the value target: return the advantages themselves."),
+        Mistake("first token skipped", _gae_loop(first=1),
+                "the loop stops before t = 0 (range(T - 1, 0, -1) excludes 0): run t over T - 1, ..., 0, "
+                "reversed(range(T))."),
+        Mistake("mask read as 1 = padding", _gae_loop(invert_mask=True),
+                "mask is 1 on the REAL tokens and 0 on padding: you zero the real tokens and keep the padding."),
+        Mistake("δ carried instead of Â", _gae_loop(carry_delta=True),
+                "the recursion adds γλ δ_{t+1}, the next TD error: it adds γλ Â_{t+1}, the next ADVANTAGE, which "
+                "carries every later δ."),
+        Mistake("γλ in δ", _gae_loop(delta_discount=lambda g, la: g * la),
+                "the TD error is discounted by γλ: δ_t = r_t + γ V(s_{t+1}) - V(s_t), λ only weighs the recursion."),
+        Mistake("discount counted from the first token", _gae_discounted_from_start,
+                "the discount is (γλ)^l with l counted from the first token: Â_t = Σ_l (γλ)^l δ_{t+l}, l counted "
+                "from t."),
+        Mistake("advantages normalised", _gae_normalised,
+                "you whiten the advantages (subtract their mean, divide by their std): GAE returns them raw, the "
+                "trainer whitens them if asked."),
     ),
 )
 
