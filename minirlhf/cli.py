@@ -123,11 +123,13 @@ def given_fields(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str] = frozenset()):
     """Build (and so validate) the config from parsed flags. With `--resume`, the interrupted run's own config is
     the starting point and only the flags in `given` change it (e.g. `--steps 400` to train longer); its out_dir
-    is the folder of the checkpoint resumed from, wherever that folder is now."""
+    is the folder of the checkpoint resumed from, wherever that folder is now. A data file (`--prompts p.jsonl`,
+    `--reward r.py:f`) is recorded by its absolute path, so a resume from another working directory finds it."""
     from minirlhf.trainers.checkpoint import saved_config
+    from minirlhf.trainers.manifest import absolute_data_paths
 
     names = {f.name for f in dataclasses.fields(config_cls)}
-    values = {k: v for k, v in vars(args).items() if k in names}
+    values = absolute_data_paths({k: v for k, v in vars(args).items() if k in names})  # found from any folder
     if values.get("resume"):
         saved = saved_config(values["resume"])
         saved.pop("out_dir", None)  # where it wrote before a move: it now writes in the folder it resumes from

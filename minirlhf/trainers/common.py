@@ -28,6 +28,7 @@ from minirlhf.tasks.registry import task_identity
 from minirlhf.trainers.checkpoint import (
     Checkpointer,
     RandomSource,
+    check_fork_target,
     release_run_folder,
     run_folder,
     saved_config,
@@ -83,9 +84,12 @@ class TrainConfig:
             if self.out_dir is not None and Path(self.out_dir).resolve() != Path(self.fork_to).resolve():
                 raise UserError(f"{type(self).__name__}.fork_to={self.fork_to!r} is where the fork writes; leave "
                                 f"out_dir unset (it is {self.out_dir!r})")
+            check_fork_target(self.resume, self.fork_to)
             self.out_dir = self.fork_to
         if self.resume is not None and self.out_dir is None:
             self.out_dir = str(run_folder(self.resume))  # a resumed run keeps writing where it wrote before
+        if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
+            raise UserError(f"{type(self).__name__}.out_dir={self.out_dir!r} is a file, not a folder")
         self.validate()
 
     def validate(self) -> None:
