@@ -129,10 +129,10 @@ def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str]
     from minirlhf.trainers.manifest import absolute_data_paths
 
     names = {f.name for f in dataclasses.fields(config_cls)}
-    values = absolute_data_paths({k: v for k, v in vars(args).items() if k in names})  # found from any folder
+    values = {k: v for k, v in vars(args).items() if k in names}
     if values.get("resume"):
         saved = saved_config(values["resume"])
         saved.pop("out_dir", None)  # where it wrote before a move: it now writes in the folder it resumes from
         saved.pop("fork_to", None)  # a fork happens once, when asked
         values = saved | {k: values[k] for k in given | {"resume"} if k in names}
-    return config_cls.from_dict(values)
+    return config_cls.from_dict(absolute_data_paths(values))  # data files found from any folder

@@ -272,3 +272,17 @@ def test_a_run_that_died_inside_a_live_process_lets_go_of_its_folder(tmp_path):
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert "other run: 0 " in result.stdout, result.stdout + result.stderr[-2000:]
     assert not (tmp_path / "run" / LOCK_FILE).exists()
+
+
+def test_a_manifest_naming_a_file_relatively_accepts_the_same_file_named_absolutely(tmp_path, monkeypatch):
+    """Runs recorded before data paths were absolute: the same file, spelled either way, is the same data."""
+    from minirlhf.errors import UserError
+    from minirlhf.trainers.manifest import check_same_run, new_manifest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text('{"prompt": "1+1="}\n')
+    (tmp_path / "q.jsonl").write_text('{"prompt": "2+2="}\n')
+    manifest = new_manifest({"prompts": "p.jsonl", "task": None}, "GRPOConfig")
+    check_same_run(manifest, {"prompts": str(tmp_path / "p.jsonl"), "task": None}, "GRPOConfig", tmp_path)
+    with pytest.raises(UserError, match="the run learns from other data"):
+        check_same_run(manifest, {"prompts": str(tmp_path / "q.jsonl"), "task": None}, "GRPOConfig", tmp_path)

@@ -34,7 +34,7 @@ from minirlhf.trainers.checkpoint import (
     saved_config,
 )
 from minirlhf.trainers.guard import check_gradients, check_weights, finite_row
-from minirlhf.trainers.manifest import record_files
+from minirlhf.trainers.manifest import absolute_data_paths, record_files
 
 
 def spelled(default: Any, metavar: str) -> Any:
@@ -181,8 +181,8 @@ def require_same_task(config: TrainConfig) -> None:
     saved = saved_config(config.resume)
     if not any(name in saved for name in config.task_fields):  # a run saved before tasks were recorded
         return
-    before = task_identity({name: saved.get(name) for name in config.task_fields})
-    now = task_identity({name: getattr(config, name) for name in config.task_fields})
+    before = task_identity(absolute_data_paths({name: saved.get(name) for name in config.task_fields}))
+    now = task_identity(absolute_data_paths({name: getattr(config, name) for name in config.task_fields}))
     changed = [f"{name} {before[name]!r} -> {now[name]!r}" for name in before if before[name] != now[name]]
     if changed:
         raise ValueError(f"--resume {config.resume}: that run learned from another task ({'; '.join(changed)}); a "

@@ -136,9 +136,8 @@ def check_same_run(manifest: dict[str, Any], config_dict: dict[str, Any], method
     """A resumed run must be the run of the manifest: same method, same data, the data files unchanged."""
     if manifest["method"] != method:
         raise UserError(f"{where / MANIFEST_FILE}: the run is a {manifest['method']} run; this run is a {method}")
-    data = data_identity(config_dict)
-    if data != manifest["data"]:
-        before = manifest["data"]
+    data, before = absolute_data_paths(data_identity(config_dict)), absolute_data_paths(manifest["data"])
+    if data != before:  # the same file named relatively or absolutely is the same data
         changed = "; ".join(f"{k}: {before.get(k)!r} -> {data.get(k)!r}"
                             for k in sorted(set(data) | set(before)) if data.get(k) != before.get(k))
         raise UserError(f"{where / MANIFEST_FILE}: the run learns from other data ({changed}); resume with the run's "
