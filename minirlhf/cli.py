@@ -123,8 +123,10 @@ def given_fields(parser: argparse.ArgumentParser, argv: list[str]) -> set[str]:
 def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str] = frozenset()):
     """Build (and so validate) the config from parsed flags. With `--resume`, the interrupted run's own config is
     the starting point and only the flags in `given` change it (e.g. `--steps 400` to train longer); its out_dir
-    is the folder of the checkpoint resumed from, wherever that folder is now."""
+    is the folder of the checkpoint resumed from, wherever that folder is now. A data file (`--prompts p.jsonl`,
+    `--reward r.py:f`) is recorded by its absolute path, so a resume from another working directory finds it."""
     from minirlhf.trainers.checkpoint import saved_config
+    from minirlhf.trainers.manifest import absolute_data_paths
 
     names = {f.name for f in dataclasses.fields(config_cls)}
     values = {k: v for k, v in vars(args).items() if k in names}
@@ -133,4 +135,4 @@ def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str]
         saved.pop("out_dir", None)  # where it wrote before a move: it now writes in the folder it resumes from
         saved.pop("fork_to", None)  # a fork happens once, when asked
         values = saved | {k: values[k] for k in given | {"resume"} if k in names}
-    return config_cls.from_dict(values)
+    return config_cls.from_dict(absolute_data_paths(values))  # data files found from any folder

@@ -12,9 +12,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from minirlhf.errors import CheckpointDamaged
 from minirlhf.trainers.checkpoint import LOCK_FILE, list_checkpoints
-from minirlhf.trainers.manifest import MANIFEST_FILE
+from minirlhf.trainers.grpo import GRPOConfig
+from minirlhf.trainers.manifest import MANIFEST_FILE, RUN_FILES, absolute_data_paths, fingerprints, read_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 GRPO = ["grpo", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "4", "--eval-every", "0",
@@ -134,6 +138,87 @@ def test_overwrite_deletes_only_what_the_manifest_lists(finished_run, tmp_path):
     assert files(app) == before
 
 
+def test_overwrite_never_deletes_a_name_a_tampered_manifest_adds(finished_run, tmp_path):
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "keep.txt").write_text("mine")
+    run = copy_of(finished_run, tmp_path)
+    (run / "notes.txt").write_text("mine")
+    manifest = json.loads((run / MANIFEST_FILE).read_text())
+    for added in ("notes.txt", "../victim"):
+        (run / MANIFEST_FILE).write_text(json.dumps({**manifest, "files": [*manifest["files"], added]}))
+        before = files(tmp_path)
+        refused(cli(*GRPO, "--steps", "1", "--out-dir", "run", "--overwrite", cwd=tmp_path),
+                f"field 'files' lists {added!r}, which no run writes")
+        assert files(tmp_path) == before
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(added=st.one_of(st.text(min_size=0, max_size=12), st.sampled_from(["..", ".", "/", "../x", "a/../..", "~",
+                                                                          ".run.lock", "model/..", "Model"])))
+def test_a_manifest_may_list_only_the_names_a_run_writes(tmp_path, added):
+    """Whatever else `files` lists (a path, a user's file, an empty name), the manifest is damaged, so --overwrite
+    deletes nothing: only the names of RUN_FILES are ever deleted."""
+    manifest = {"run_id": "r", "method": "GRPOConfig", "data": {}, "fingerprints": {}, "rewinds": [],
+                "files": [*RUN_FILES, added]}
+    (tmp_path / MANIFEST_FILE).write_text(json.dumps(manifest))
+    if added in RUN_FILES:
+        assert read_manifest(tmp_path)["files"][-1] == added
+    else:
+        with pytest.raises(CheckpointDamaged, match="which no run writes"):
+            read_manifest(tmp_path)
+
+
+def test_a_fork_never_writes_into_the_checkpoint_or_its_runs_checkpoints(finished_run, tmp_path):
+    run = copy_of(finished_run, tmp_path)
+    before = files(run)
+    for inside in ("run/checkpoints", "run/checkpoints/fork", "run/checkpoints/step-000002/model"):
+        with pytest.raises(ValueError, match="a folder of the run it forks"):
+            GRPOConfig(resume=str(run), steps=3, fork_to=str(tmp_path / inside))
+    refused(cli("grpo", "--resume", "run", "--steps", "3", "--fork-to", "run/checkpoints/step-000002", cwd=tmp_path),
+            "a folder of the run it forks")
+    assert files(run) == before
+
+
+def test_an_out_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        GRPOConfig(out_dir=str(tmp_path / "afile"))
+    assert (tmp_path / "afile").read_text() == "mine"
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=st.text(st.characters(whitelist_categories=("Ll", "Nd")), min_size=1, max_size=8),
+       depth=st.integers(0, 2))
+def test_a_data_file_named_relatively_or_absolutely_is_one_file(tmp_path, name, depth, monkeypatch):
+    """The command line records data files by absolute path: a resume from another folder finds them, and the same
+    file spelled either way is the same data."""
+    folder = tmp_path.joinpath(*["d"] * depth)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.jsonl").write_text('{"prompt": "1+1="}\n')
+    (folder / f"{name}.py").write_text("def f(prompts, completions): return [0.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    relative = {"prompts": str(Path(*["d"] * depth, f"{name}.jsonl")), "reward": [f"{Path(*['d'] * depth, name)}.py:f"],
+                "steps": 3, "task": "sentiment"}
+    absolute = absolute_data_paths(relative)
+    assert absolute["prompts"] == str((folder / f"{name}.jsonl").resolve())
+    assert absolute["reward"] == [f"{(folder / f'{name}.py').resolve()}:f"]
+    assert absolute_data_paths(absolute) == absolute and (absolute["steps"], absolute["task"]) == (3, "sentiment")
+    monkeypatch.chdir(folder)
+    assert fingerprints(absolute) == fingerprints(absolute_data_paths({"prompts": f"{name}.jsonl",
+                                                                       "reward": [f"{name}.py:f"]}))
+
+
+def test_the_module_of_a_module_task_is_fingerprinted(tmp_path, monkeypatch):
+    (tmp_path / "my_task_mod.py").write_text("def make():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = fingerprints({"task": "my_task_mod:make"})
+    assert list(before) == ["task"]
+    (tmp_path / "my_task_mod.py").write_text("def make():\n    return 1\n")
+    assert fingerprints({"task": "my_task_mod:make"}) != before
+    found = fingerprints({"task": "no_such_module_here:make", "reward": ["json.decoder:JSONDecoder"]})
+    assert list(found) == ["reward[0]"]
+
+
 def test_the_model_folder_trained_from_is_never_the_out_dir(finished_run, tmp_path):
     run = copy_of(finished_run, tmp_path)
     before = files(run)
@@ -153,10 +238,11 @@ def test_resuming_with_other_data_or_a_changed_data_file_is_refused(tmp_path):
            "false", "--max-new-tokens", "4"]
     assert cli(*dpo, "--pairs", "pairs.jsonl", "--steps", "1", "--out-dir", "run", cwd=tmp_path).returncode == 0
     refused(cli("dpo", "--resume", "run", "--steps", "2", "--pairs", "other.jsonl", cwd=tmp_path),
-            "the run learns from other data (pairs: 'pairs.jsonl' -> 'other.jsonl')")
+            f"the run learns from other data (pairs: {str(tmp_path / 'pairs.jsonl')!r} -> "
+            f"{str(tmp_path / 'other.jsonl')!r})")
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs[::-1]))
     refused(cli("dpo", "--resume", "run", "--steps", "2", cwd=tmp_path),
-            "data file pairs='pairs.jsonl' changed since the run started")
+            f"data file pairs={str(tmp_path / 'pairs.jsonl')!r} changed since the run started")
 
 
 DIES_IN_A_LIVE_PROCESS = textwrap.dedent("""
@@ -186,3 +272,17 @@ def test_a_run_that_died_inside_a_live_process_lets_go_of_its_folder(tmp_path):
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert "other run: 0 " in result.stdout, result.stdout + result.stderr[-2000:]
     assert not (tmp_path / "run" / LOCK_FILE).exists()
+
+
+def test_a_manifest_naming_a_file_relatively_accepts_the_same_file_named_absolutely(tmp_path, monkeypatch):
+    """Runs recorded before data paths were absolute: the same file, spelled either way, is the same data."""
+    from minirlhf.errors import UserError
+    from minirlhf.trainers.manifest import check_same_run, new_manifest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.jsonl").write_text('{"prompt": "1+1="}\n')
+    (tmp_path / "q.jsonl").write_text('{"prompt": "2+2="}\n')
+    manifest = new_manifest({"prompts": "p.jsonl", "task": None}, "GRPOConfig")
+    check_same_run(manifest, {"prompts": str(tmp_path / "p.jsonl"), "task": None}, "GRPOConfig", tmp_path)
+    with pytest.raises(UserError, match="the run learns from other data"):
+        check_same_run(manifest, {"prompts": str(tmp_path / "q.jsonl"), "task": None}, "GRPOConfig", tmp_path)

@@ -59,12 +59,13 @@ def test_a_resume_keeps_the_users_prompts_and_reward(tmp_path):
     first = cli("--prompts", "prompts.jsonl", "--reward", "rewards.py:quarter", *TINY, "--out-dir", str(out),
                 cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert (saved(out)["prompts"], saved(out)["reward"], saved(out)["task"]) == ("prompts.jsonl",
-                                                                                 ["rewards.py:quarter"], None)
+    prompts, reward = str((tmp_path / "prompts.jsonl").resolve()), f"{(tmp_path / 'rewards.py').resolve()}:quarter"
+    assert (saved(out)["prompts"], saved(out)["reward"], saved(out)["task"]) == (prompts, [reward], None)
 
-    resumed = cli("--resume", str(out), "--steps", "3", cwd=tmp_path)
+    (tmp_path / "elsewhere").mkdir()  # a resume from another folder finds the files the run started with
+    resumed = cli("--resume", str(out), "--steps", "3", cwd=tmp_path / "elsewhere")
     assert resumed.returncode == 0, resumed.stderr
-    assert saved(out)["reward"] == ["rewards.py:quarter"]
+    assert saved(out)["reward"] == [reward]
     assert [row["reward"] for row in metrics(out)] == [0.25, 0.25, 0.25]  # the user's reward, not arithmetic's
 
     other = cli("--resume", str(out), "--steps", "4", "--task", "arithmetic", cwd=tmp_path)

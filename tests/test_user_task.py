@@ -95,7 +95,7 @@ def test_weighted_reward_is_the_weighted_sum():
     ("my_rewards.py:exakt", r"my_rewards.py has no 'exakt' \(did you mean 'exact'\?\); it defines: arithmetic_task, "
                             r"exact, short"),
     ("no_such_module:exact", r"no module named 'no_such_module' can be imported"),
-    ("my_rewards.py:NOT_A_FUNCTION", r"'my_rewards.py:NOT_A_FUNCTION' is a int, not a function"),
+    ("my_rewards.py:NOT_A_FUNCTION", r"/my_rewards.py:NOT_A_FUNCTION' is a int, not a function"),
     ("exact", r"must be written module:name or path/to/file.py:name"),
 ])
 def test_a_misspelled_reward_function_is_a_clear_error(user_files, capsys, spec, message):
@@ -109,7 +109,7 @@ def test_task_and_prompt_mistakes_are_clear_errors(user_files, capsys):
     cases = [
         (["--prompts", "prompts.jsonl"], "--prompts needs at least one --reward"),
         (["--reward", "my_rewards.py:exact"], "--reward and --reward-weights go with --prompts"),
-        (["--task", "my_rewards.py:short"], "task 'my_rewards.py:short' must be callable without arguments"),
+        (["--task", "my_rewards.py:short"], "/my_rewards.py:short' must be callable without arguments"),
         (["--task", "my_rewards.py:exact", "--prompts", "prompts.jsonl"], "either --task or --prompts"),
         (["--prompts", "missing.jsonl", "--reward", "my_rewards.py:exact"], "prompt file 'missing.jsonl' does not"),
     ]

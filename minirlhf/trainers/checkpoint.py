@@ -49,6 +49,7 @@ from minirlhf.errors import CheckpointDamaged, UserError
 from minirlhf.trainers.guard import NonFiniteError, check_weights, nonfinite_parameters
 from minirlhf.trainers.manifest import (
     MANIFEST_FILE,
+    RUN_FILES,
     check_same_run,
     new_manifest,
     read_manifest,
@@ -60,7 +61,7 @@ CHECKPOINTS_DIR = "checkpoints"  # inside out_dir
 STATE_FILE = "state.json"
 TRAINER_STATE_FILE = "trainer_state.pt"
 LOCK_FILE = ".run.lock"  # inside out_dir while a run holds it: {"pid", "host", "started"} of the holder
-RESULTS = ("metrics.jsonl", "config.json", "model", "reward_model", CHECKPOINTS_DIR)  # what a run leaves in out_dir
+RESULTS = tuple(name for name in RUN_FILES if name != MANIFEST_FILE)  # what a run leaves in out_dir
 # Fields that may change between the interrupted and the resumed run without changing what it computes.
 RUN_CONTROL_FIELDS = {"steps", "out_dir", "resume", "fork_to", "save_every", "keep_checkpoints", "progress",
                       "eval_every", "device", "debug", "gradient_checkpointing", "compile", "decoder", "overwrite"}
@@ -225,6 +226,17 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
             f"or a run's out_dir that has {CHECKPOINTS_DIR}/ (written with save_every > 0)"
         )
     return existing[-1]
+
+
+def check_fork_target(resume: str | os.PathLike, fork_to: str | os.PathLike) -> None:
+    """A fork writes its new run outside what it reads: never into the checkpoint, nor into its run's checkpoints/
+    (where the run's pruning and rewinds would reach it)."""
+    checkpoint = find_checkpoint(resume).resolve()
+    target = Path(fork_to).resolve()
+    for folder in [checkpoint, *([checkpoint.parent] if checkpoint.parent.name == CHECKPOINTS_DIR else [])]:
+        if target == folder or folder in target.parents:
+            raise UserError(f"fork_to={str(fork_to)!r} lies inside {folder}, a folder of the run it forks: a fork "
+                            f"writes a new run into a folder of its own; choose one outside it")
 
 
 def saved_config(resume: str | os.PathLike) -> dict[str, Any]:

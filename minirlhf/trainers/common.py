@@ -28,12 +28,13 @@ from minirlhf.tasks.registry import task_identity
 from minirlhf.trainers.checkpoint import (
     Checkpointer,
     RandomSource,
+    check_fork_target,
     release_run_folder,
     run_folder,
     saved_config,
 )
 from minirlhf.trainers.guard import check_gradients, check_weights, finite_row
-from minirlhf.trainers.manifest import record_files
+from minirlhf.trainers.manifest import absolute_data_paths, record_files
 
 
 def spelled(default: Any, metavar: str) -> Any:
@@ -83,9 +84,12 @@ class TrainConfig:
             if self.out_dir is not None and Path(self.out_dir).resolve() != Path(self.fork_to).resolve():
                 raise UserError(f"{type(self).__name__}.fork_to={self.fork_to!r} is where the fork writes; leave "
                                 f"out_dir unset (it is {self.out_dir!r})")
+            check_fork_target(self.resume, self.fork_to)
             self.out_dir = self.fork_to
         if self.resume is not None and self.out_dir is None:
             self.out_dir = str(run_folder(self.resume))  # a resumed run keeps writing where it wrote before
+        if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
+            raise UserError(f"{type(self).__name__}.out_dir={self.out_dir!r} is a file, not a folder")
         self.validate()
 
     def validate(self) -> None:
@@ -177,8 +181,8 @@ def require_same_task(config: TrainConfig) -> None:
     saved = saved_config(config.resume)
     if not any(name in saved for name in config.task_fields):  # a run saved before tasks were recorded
         return
-    before = task_identity({name: saved.get(name) for name in config.task_fields})
-    now = task_identity({name: getattr(config, name) for name in config.task_fields})
+    before = task_identity(absolute_data_paths({name: saved.get(name) for name in config.task_fields}))
+    now = task_identity(absolute_data_paths({name: getattr(config, name) for name in config.task_fields}))
     changed = [f"{name} {before[name]!r} -> {now[name]!r}" for name in before if before[name] != now[name]]
     if changed:
         raise ValueError(f"--resume {config.resume}: that run learned from another task ({'; '.join(changed)}); a "

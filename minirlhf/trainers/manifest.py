@@ -16,6 +16,7 @@ manifest lists.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import time
@@ -26,6 +27,8 @@ from typing import Any
 from minirlhf.errors import CheckpointDamaged, UserError
 
 MANIFEST_FILE = "run.json"  # inside out_dir
+# every name a run may write into its out_dir (and so the only names `files` may list, and --overwrite delete)
+RUN_FILES = (MANIFEST_FILE, "metrics.jsonl", "config.json", "model", "reward_model", "checkpoints")
 # config fields that name what a run learns from (house v3 adds task / prompts / reward / reward_weights)
 DATA_FIELDS = ("pairs", "task", "prompts", "reward", "reward_weights")
 
@@ -47,12 +50,36 @@ def fingerprints(data: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def _file_of(value: Any) -> Path | None:
+def absolute_data_paths(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` with every data field that names a file (`p.jsonl`, `rewards.py:f`) made absolute, so that a run
+    resumed from another working directory finds its files and compares equal to the same file named relatively."""
+    def absolute(item: Any) -> Any:
+        path = _file_of(item, modules=False)
+        if path is None:
+            return item
+        where, sep, name = item.rpartition(":")
+        return f"{path.resolve()}:{name}" if sep and where.endswith(".py") else str(path.resolve())
+
+    return {name: ([absolute(v) for v in value] if isinstance(value, list) else absolute(value))
+            if name in DATA_FIELDS else value for name, value in values.items()}
+
+
+def _file_of(value: Any, modules: bool = True) -> Path | None:
+    """The file a data value names: a path, the file of `path.py:function`, or (`modules`) the source file of the
+    module of `package.module:function`, so that an edit of it is seen too."""
     if not isinstance(value, str) or not value:
         return None
     where, sep, _ = value.rpartition(":")
     candidate = Path(where if sep and where.endswith(".py") else value).expanduser()
-    return candidate if candidate.is_file() else None
+    if candidate.is_file():
+        return candidate
+    if modules and sep and where.replace(".", "").replace("_", "").isalnum():
+        try:
+            origin = getattr(importlib.util.find_spec(where), "origin", None)
+        except (ImportError, ValueError):  # not importable from here: resolving the task says so
+            return None
+        return Path(origin) if origin and Path(origin).is_file() else None
+    return None
 
 
 def new_manifest(config_dict: dict[str, Any], method: str, forked_from: dict[str, Any] | None = None) -> dict:
@@ -83,10 +110,10 @@ def read_manifest(out_dir: str | os.PathLike) -> dict[str, Any] | None:
         if not isinstance(manifest.get(field), expected):
             raise CheckpointDamaged(f"run manifest {path} is damaged: field {field!r} must be a "
                                     f"{expected.__name__}, got {manifest.get(field)!r:.60}")
-    if not all(isinstance(name, str) and name and "/" not in name and name not in (".", "..")
-               for name in manifest["files"]):
-        raise CheckpointDamaged(f"run manifest {path} is damaged: field 'files' must list names inside the run "
-                                f"folder, got {manifest['files']!r:.80}")
+    foreign = [name for name in manifest["files"] if name not in RUN_FILES]
+    if foreign:  # a tampered list must never make --overwrite delete what no run writes (../.., a user's file)
+        raise CheckpointDamaged(f"run manifest {path} is damaged: field 'files' lists {foreign[0]!r:.80}, which no "
+                                f"run writes (only {', '.join(RUN_FILES)})")
     return manifest
 
 
@@ -109,9 +136,8 @@ def check_same_run(manifest: dict[str, Any], config_dict: dict[str, Any], method
     """A resumed run must be the run of the manifest: same method, same data, the data files unchanged."""
     if manifest["method"] != method:
         raise UserError(f"{where / MANIFEST_FILE}: the run is a {manifest['method']} run; this run is a {method}")
-    data = data_identity(config_dict)
-    if data != manifest["data"]:
-        before = manifest["data"]
+    data, before = absolute_data_paths(data_identity(config_dict)), absolute_data_paths(manifest["data"])
+    if data != before:  # the same file named relatively or absolutely is the same data
         changed = "; ".join(f"{k}: {before.get(k)!r} -> {data.get(k)!r}"
                             for k in sorted(set(data) | set(before)) if data.get(k) != before.get(k))
         raise UserError(f"{where / MANIFEST_FILE}: the run learns from other data ({changed}); resume with the run's "
