@@ -15,7 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minirlhf.diagnostics import zero_std_groups
-from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, check_group_size, grpo_advantages, grpo_loss, masked_mean
+from minirlhf.losses import (
+    AGGREGATIONS,
+    GRPO_SCALES,
+    IMPORTANCE_SAMPLING_LEVELS,
+    check_group_size,
+    grpo_advantages,
+    grpo_loss,
+    masked_mean,
+)
 from minirlhf.tasks import Task
 from minirlhf.trainers.common import (
     choice,
@@ -37,7 +45,10 @@ class GRPOConfig(OnlineConfig):
     eval_every: int = 25
     lr: float = 3e-4
     prompts_per_step: int = 32  # x group_size 8 = 256 completions per step
-    eps: float = 0.2  # ε: clip range of the ratio r_t(θ)
+    eps: float = 0.2  # ε: clip range of the ratio r_t(θ), its lower side 1 - ε
+    eps_high: float | None = None  # ε_high: the upper side 1 + ε_high (DAPO's clip-higher: 0.28); None = ε
+    # "token": one ratio r_t per token (GRPO); "sequence": s_i = exp(mean_t log r_t), clipped per answer (GSPO)
+    importance_sampling_level: str = choice("token", IMPORTANCE_SAMPLING_LEVELS)
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
     # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO)
     scale: str = choice("group", GRPO_SCALES)
@@ -47,6 +58,8 @@ class GRPOConfig(OnlineConfig):
     def validate(self) -> None:
         super().validate()
         require_positive(self, "eps", "epochs")
+        if self.eps_high is not None:
+            require_positive(self, "eps_high")
         require(self, check_group_size, "group_size")
 
 
@@ -79,12 +92,14 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                 ref_logp = exp.ref_logp[rows] if exp.ref_logp is not None else None
                 loss, stats = grpo_loss(
                     logp, exp.old_logp[rows], ref_logp, advantages[rows], exp.mask[rows],
-                    eps=config.eps, beta=config.beta, aggregation=config.aggregation,
+                    eps=config.eps, beta=config.beta, aggregation=config.aggregation, eps_high=config.eps_high,
+                    importance_sampling_level=config.importance_sampling_level,
                 )
                 # token-mean: this process's part of the global batch's token mean
                 loss, grad_norm = run.update(loss, share_of=exp.mask[rows].sum() if config.aggregation == "token-mean"
                                              else None)
-                run.add(loss=loss, clip_frac=stats["clip_frac"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
+                run.add(loss=loss, clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
+                        clip_frac_high=stats["clip_frac_high"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
                         entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         model.eval()
         run.log(step, metrics)
