@@ -57,3 +57,84 @@ def test_preference_loss_passes_token_counts_rpo_and_ipo_normalisation():
 def test_dpo_options_outside_their_losses_are_refused(fields):
     with pytest.raises(ValueError, match="DPOConfig"):
         DPOConfig(**fields)
+
+
+def _counting_task(reward):
+    from minirlhf.tasks import Task, arithmetic
+
+    return Task("counting", arithmetic.train_prompts, reward, max_new_tokens=4)
+
+
+def test_dynamic_sampling_at_its_cap_without_informative_groups_skips_the_update():
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny", device="cpu")
+    before = [p.detach().clone() for p in model.parameters()]
+    constant = _counting_task(lambda prompts, completions, **_: [1.0] * len(prompts))
+    config = GRPOConfig(dynamic_sampling=True, max_sampling_rounds=3, beta=0.0, **TINY)
+    history = train_grpo(constant, config, model=model, tokenizer=tokenizer)[2]
+    rows = [row for row in history if "groups_kept" in row]
+    assert [(r["groups_sampled"], r["groups_kept"], r["sampling_rounds"]) for r in rows] == [(6, 0, 3)] * 2
+    assert all("loss" not in r for r in rows)  # no update was made
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_dynamic_sampling_keeps_only_informative_groups_and_fills_the_step():
+    calls = []
+
+    def every_other_group(prompts, completions, **_):  # groups of the 1st, 3rd, ... call are all equal
+        calls.append(len(prompts))
+        return [float(i % 2) if len(calls) % 2 == 0 else 0.0 for i in range(len(prompts))]
+
+    config = GRPOConfig(dynamic_sampling=True, max_sampling_rounds=5, beta=0.0, **TINY)
+    history = train_grpo(_counting_task(every_other_group), config)[2]
+    rows = [row for row in history if "groups_kept" in row]
+    assert [(r["groups_sampled"], r["groups_kept"], r["sampling_rounds"]) for r in rows] == [(4, 2, 2)] * 2
+    assert all("loss" in r for r in rows)
+
+
+def test_dynamic_sampling_at_its_cap_trains_on_the_groups_it_has():
+    def one_group_informative(prompts, completions, **_):  # only the first group's rewards differ
+        return [1.0, 0.0] + [0.0] * (len(prompts) - 2)
+
+    config = GRPOConfig(dynamic_sampling=True, max_sampling_rounds=1, beta=0.0, **TINY)
+    history = train_grpo(_counting_task(one_group_informative), config)[2]
+    rows = [row for row in history if "groups_kept" in row]
+    assert [(r["groups_kept"], r["sampling_rounds"]) for r in rows] == [(1, 1)] * 2 and all("loss" in r for r in rows)
+
+
+def test_concatenated_experiences_keep_every_rows_logprobs(tiny):
+    import random
+
+    from minirlhf.tasks import arithmetic
+    from minirlhf.trainers.online import collect, concat_experiences, policy_logprobs, select_groups
+
+    model, tokenizer = tiny
+    config = GRPOConfig(prompts_per_step=2, group_size=2, max_new_tokens=6)
+    task, rng, g = arithmetic.task(), random.Random(0), torch.Generator().manual_seed(0)
+    batches = [collect(model, tokenizer, None, task, config, rng, g) for _ in range(3)]
+    batches[1] = select_groups(batches[1], torch.tensor([False, True]), 2)
+    joined = concat_experiences(batches, tokenizer.pad_token_id)
+    start = 0
+    for b in batches:
+        rows = torch.arange(start, start + b.rewards.numel())
+        got = policy_logprobs(model, joined, rows, 1.0)[0][:, : b.mask.shape[1]]
+        want = policy_logprobs(model, b, torch.arange(b.rewards.numel()), 1.0)[0]
+        assert torch.allclose(got * b.mask, want * b.mask, atol=1e-5)
+        n = b.mask.shape[1]
+        assert torch.equal(joined.mask[rows, :n], b.mask) and not joined.mask[rows, n:].any()
+        assert torch.equal(joined.rewards[rows], b.rewards)
+        start += b.rewards.numel()
+
+
+def test_mask_truncated_completions_takes_truncated_answers_out_of_the_loss():
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny", device="cpu")
+    before = [p.detach().clone() for p in model.parameters()]
+    task = _counting_task(lambda prompts, completions, **_: [float(i % 2) for i in range(len(prompts))])
+    # a budget of 1 token: every answer is cut off, so no token is left in the loss and p_θ must not move
+    config = GRPOConfig(mask_truncated_completions=True, **{**TINY, "max_new_tokens": 1})
+    history = train_grpo(task, config, model=model, tokenizer=tokenizer)[2]
+    assert all(r["eos_rate"] == 0.0 for r in history if "eos_rate" in r)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

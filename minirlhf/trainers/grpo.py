@@ -22,6 +22,7 @@ from minirlhf.losses import (
     check_group_size,
     grpo_advantages,
     grpo_loss,
+    mask_truncated,
     masked_mean,
 )
 from minirlhf.tasks import Task
@@ -32,6 +33,7 @@ from minirlhf.trainers.common import (
 )
 from minirlhf.trainers.online import (
     OnlineConfig,
+    collect_informative,
     diagnose,
     experience_metrics,
     policy_logprobs,
@@ -54,10 +56,17 @@ class GRPOConfig(OnlineConfig):
     scale: str = choice("group", GRPO_SCALES)
     # how token terms are weighted into the loss, see losses.aggregate ("seq-mean" = the GRPO paper)
     aggregation: str = choice("token-mean", AGGREGATIONS)
+    # DAPO's dynamic sampling: drop groups whose rewards are all equal and sample more prompts until the step holds
+    # prompts_per_step informative groups (one process only)
+    dynamic_sampling: bool = False
+    # cap on the batches sampled per step with dynamic_sampling (the first included); at the cap the step trains on
+    # the informative groups it has (groups_kept < prompts_per_step), and skips its update when there are none
+    max_sampling_rounds: int = 4
+    mask_truncated_completions: bool = False  # DAPO's overlong filtering: answers cut at the budget get no loss
 
     def validate(self) -> None:
         super().validate()
-        require_positive(self, "eps", "epochs")
+        require_positive(self, "eps", "epochs", "max_sampling_rounds")
         if self.eps_high is not None:
             require_positive(self, "eps_high")
         require(self, check_group_size, "group_size")
@@ -71,12 +80,24 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
     # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
     s = start_online(task, config or GRPOConfig(), model, tokenizer, callbacks)
     config, runtime, run, model = s.config, s.runtime, s.run, s.model
+    if config.dynamic_sampling and runtime.world_size > 1:
+        raise ValueError(f"GRPOConfig.dynamic_sampling runs on one process only ({runtime.world_size} were started): "
+                         "the sampling rounds a step needs depend on its samples, and processes would disagree")
 
     for step in run.steps("grpo"):
         metrics = run.evaluate(step)
         # 1. sample a group of G completions per prompt from p_θold and score them
-        exp = s.collect()
-        metrics |= experience_metrics(exp) | {"zero_std_groups": zero_std_groups(exp.rewards, config.group_size)}
+        if config.dynamic_sampling:  # keep only groups whose rewards differ, sampling more prompts to fill the step
+            first, exp, counts = collect_informative(s, config.max_sampling_rounds)
+            metrics |= counts
+        else:
+            first = exp = s.collect()
+        metrics |= experience_metrics(first) | {"zero_std_groups": zero_std_groups(first.rewards, config.group_size)}
+        if exp is None:  # dynamic sampling at its cap without one informative group: nothing to learn from
+            run.log(step, metrics)
+            continue
+        # DAPO's overlong filtering: a truncated answer's tokens leave the loss
+        mask = mask_truncated(exp.mask, exp.rollout.ended_with_eos) if config.mask_truncated_completions else exp.mask
         # 2. group-normalised advantages Â_i, one per completion (B,), from the rewards of the global batch
         all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
         advantages = runtime.local(grpo_advantages(all_rewards, config.group_size, scale=config.scale))
@@ -86,17 +107,17 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
         if config.debug:
             metrics |= diagnose(model, exp, config, group_advantages=advantages)
         for _ in range(config.epochs):
-            for rows in s.minibatches():
+            for rows in s.minibatches(exp.rewards.numel() if config.dynamic_sampling else None):
                 with runtime.autocast():
                     logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
                 ref_logp = exp.ref_logp[rows] if exp.ref_logp is not None else None
                 loss, stats = grpo_loss(
-                    logp, exp.old_logp[rows], ref_logp, advantages[rows], exp.mask[rows],
+                    logp, exp.old_logp[rows], ref_logp, advantages[rows], mask[rows],
                     eps=config.eps, beta=config.beta, aggregation=config.aggregation, eps_high=config.eps_high,
                     importance_sampling_level=config.importance_sampling_level,
                 )
                 # token-mean: this process's part of the global batch's token mean
-                loss, grad_norm = run.update(loss, share_of=exp.mask[rows].sum() if config.aggregation == "token-mean"
+                loss, grad_norm = run.update(loss, share_of=mask[rows].sum() if config.aggregation == "token-mean"
                                              else None)
                 run.add(loss=loss, clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
                         clip_frac_high=stats["clip_frac_high"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,

@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from minirlhf import diagnostics
 from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.logprobs import response_logprobs
-from minirlhf.losses import kl_k1, masked_sum
+from minirlhf.losses import informative_groups, kl_k1, masked_sum
 from minirlhf.models import ValueHead, disable_dropout, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, call_reward
@@ -119,9 +120,11 @@ class OnlineStart:
         return collect(self.model, self.tokenizer, self.ref, self.task, self.config, self.rng, self.generator,
                        self.runtime)
 
-    def minibatches(self) -> list[torch.Tensor]:
-        """This step's minibatches of row indices (`minibatches`): shuffled, this process's rows."""
-        return minibatches(self.config.batch_size, self.config.minibatch_size, self.generator, self.runtime)
+    def minibatches(self, batch_size: int | None = None) -> list[torch.Tensor]:
+        """This step's minibatches of row indices (`minibatches`): shuffled, this process's rows. `batch_size`:
+        the rows of this step's batch when it is not config.batch_size (dynamic sampling at its cap)."""
+        return minibatches(batch_size or self.config.batch_size, self.config.minibatch_size, self.generator,
+                           self.runtime)
 
 
 def start_online(
@@ -224,6 +227,77 @@ def collect(
         ref_logp=ref_logp,
         rewards=rewards,
     )
+
+
+def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Experience:
+    """The rows of the chosen groups (a bool (B / G,) or index tensor), in order: every group stays whole."""
+    rows = torch.arange(exp.rewards.numel(), device=exp.rewards.device).view(-1, group_size)[groups].reshape(-1)
+    r = exp.rollout
+    keep = rows.tolist()
+    rollout = dataclasses.replace(
+        r, prompts=[r.prompts[i] for i in keep], completions=[r.completions[i] for i in keep],
+        input_ids=r.input_ids[rows], attention_mask=r.attention_mask[rows], response_mask=r.response_mask[rows],
+        logprobs=r.logprobs[rows], ended_with_eos=r.ended_with_eos[rows],
+    )
+    return Experience(rollout, exp.mask[rows], exp.old_logp[rows],
+                      None if exp.ref_logp is None else exp.ref_logp[rows], exp.rewards[rows])
+
+
+def concat_experiences(batches: list[Experience], pad_id: int) -> Experience:
+    """One Experience from several batches: prompts left-padded to the widest P, responses right-padded to the
+    widest N (padding is masked everywhere, so every row's log-probs are unchanged)."""
+    P = max(b.prompt_length for b in batches)
+    N = max(b.mask.shape[1] for b in batches)
+
+    def full(b: Experience, name: str, value: float = 0) -> torch.Tensor:  # (B, P + N) columns
+        return F.pad(getattr(b.rollout, name), (P - b.prompt_length, N - b.mask.shape[1]), value=value)
+
+    def response(t: torch.Tensor) -> torch.Tensor:  # (B, N) columns
+        return F.pad(t, (0, N - t.shape[1]))
+
+    rollout = Rollout(
+        prompts=[p for b in batches for p in b.rollout.prompts],
+        completions=[c for b in batches for c in b.rollout.completions],
+        input_ids=torch.cat([full(b, "input_ids", pad_id) for b in batches]),
+        attention_mask=torch.cat([full(b, "attention_mask") for b in batches]),
+        response_mask=torch.cat([full(b, "response_mask") for b in batches]),
+        logprobs=torch.cat([full(b, "logprobs") for b in batches]),
+        prompt_length=P,
+        ended_with_eos=torch.cat([b.rollout.ended_with_eos for b in batches]),
+    )
+    ref_logp = None if batches[0].ref_logp is None else torch.cat([response(b.ref_logp) for b in batches])
+    return Experience(rollout, torch.cat([response(b.mask) for b in batches]),
+                      torch.cat([response(b.old_logp) for b in batches]), ref_logp,
+                      torch.cat([b.rewards for b in batches]))
+
+
+def collect_informative(s: OnlineStart, max_rounds: int) -> tuple[Experience, Experience | None, dict[str, float]]:
+    """DAPO's dynamic sampling (Yu et al., 2025): sample batches of prompts_per_step prompts, drop the groups
+    whose G rewards are all equal (`losses.informative_groups`: Â = 0, no gradient), until the step holds
+    prompts_per_step informative groups or `max_rounds` batches were sampled. At the cap the step trains on the
+    informative groups it has, fewer than prompts_per_step, and with none it has nothing to train on (None).
+
+    Returns the first batch (the plain on-policy sample, for the step's reward metrics), the informative groups
+    (the first prompts_per_step of them, or None) and `groups_sampled`, `groups_kept`, `sampling_rounds`.
+    One process only: the rounds a step needs depend on its samples (see GRPOConfig.dynamic_sampling)."""
+    G, wanted = s.config.group_size, s.config.prompts_per_step
+    first, kept, n_kept, rounds = None, [], 0, 0
+    while n_kept < wanted and rounds < max_rounds:
+        exp = s.collect()
+        rounds += 1
+        if first is None:
+            first = exp
+        informative = informative_groups(exp.rewards, G)
+        if informative.any():
+            kept.append(select_groups(exp, informative, G))
+            n_kept += int(informative.sum())
+    counts = {"groups_sampled": float(rounds * wanted), "groups_kept": float(min(n_kept, wanted)),
+              "sampling_rounds": float(rounds)}
+    if not kept:
+        return first, None, counts
+    pad_id = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else s.tokenizer.eos_token_id
+    batch = concat_experiences(kept, pad_id)
+    return first, select_groups(batch, torch.arange(min(n_kept, wanted)), G), counts
 
 
 def prompt_columns(drawn: list[str] | list[dict[str, Any]]) -> tuple[list[str], dict[str, list[Any]]]:
