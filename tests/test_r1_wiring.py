@@ -138,3 +138,51 @@ def test_mask_truncated_completions_takes_truncated_answers_out_of_the_loss():
     history = train_grpo(task, config, model=model, tokenizer=tokenizer)[2]
     assert all(r["eos_rate"] == 0.0 for r in history if "eos_rate" in r)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def _parsed_config(monkeypatch, argv):
+    """The config `python -m minirlhf grpo ARGV` would train with (the training itself replaced)."""
+    from minirlhf import __main__ as cli
+    from minirlhf.trainers import grpo
+
+    seen = []
+    monkeypatch.setattr(grpo, "train_grpo", lambda data, config: seen.append(config) or (None, None, [{"step": 0}]))
+    cli.main(["grpo", *argv])
+    return seen[0]
+
+
+@pytest.mark.parametrize("name", ["grpo", "dapo", "dr-grpo", "gspo"])
+def test_recipe_sets_its_fields_and_flags_win(monkeypatch, name):
+    from minirlhf.trainers.grpo import RECIPES
+
+    config = _parsed_config(monkeypatch, ["--recipe", name, "--eps", "0.1", "--preset", "t4"])
+    assert config.eps == 0.1  # the flag given wins over the recipe
+    assert all(getattr(config, k) == v for k, v in RECIPES[name].items() if k != "eps")  # and the recipe over t4
+
+
+def test_recipes_are_listed_in_help_and_dr_grpo_is_scale_none_with_constant_aggregation(monkeypatch, capsys):
+    from minirlhf import __main__ as cli
+    from minirlhf.trainers.grpo import RECIPES
+
+    assert RECIPES["dr-grpo"] | {"scale": "none", "aggregation": "constant", "beta": 0.0} == RECIPES["dr-grpo"]
+    with pytest.raises(SystemExit):
+        cli.main(["grpo", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "dapo: --eps 0.2 --eps-high 0.28 --beta 0.0" in shown and "gspo: --eps 0.0003 --eps-high 0.0004" in shown
+    with pytest.raises(SystemExit):
+        cli.main(["ppo", "--recipe", "dapo"])  # recipes belong to grpo
+
+
+def test_dapo_recipe_runs_from_the_command_line_and_config_json_records_its_fields(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "minirlhf", "grpo", "--recipe", "dapo", "--steps", "2",
+                    "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "4", "--eval-every", "0",
+                    "--epochs", "2", "--progress", "false", "--out-dir", str(out)], check=True, capture_output=True)
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["eps_high"] == 0.28 and saved["dynamic_sampling"] and saved["mask_truncated_completions"]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all({"groups_sampled", "groups_kept", "sampling_rounds"} <= row.keys() for row in rows if "reward" in row)

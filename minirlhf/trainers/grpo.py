@@ -13,6 +13,7 @@ DAPO / Dr. GRPO) only p_θ is in memory: the reference copy is not even made; wi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from minirlhf.diagnostics import zero_std_groups
 from minirlhf.losses import (
@@ -40,6 +41,25 @@ from minirlhf.trainers.online import (
     start_online,
 )
 
+# The recipes of the papers since DeepSeek-R1 (`python -m minirlhf grpo --recipe dapo`, or
+# GRPOConfig(**RECIPES["dapo"], ...)): the fields each one sets together. Flags given on the command line win, and
+# so does a resumed run's own config.json (which records the fields, not the recipe's name). None of them sets the
+# batch shape: clipping only acts off-policy, so give --epochs > 1 or a --minibatch-size below the batch.
+RECIPES: dict[str, dict[str, Any]] = {
+    # Shao et al., 2024 (DeepSeekMath): std-normalised group advantages, per-sequence mean, k3 KL with β = 0.04
+    "grpo": {"eps": 0.2, "eps_high": None, "beta": 0.04, "scale": "group", "aggregation": "seq-mean",
+             "importance_sampling_level": "token"},
+    # Yu et al., 2025: clip-higher, dynamic sampling, token-level loss, overlong filtering, no KL
+    "dapo": {"eps": 0.2, "eps_high": 0.28, "beta": 0.0, "scale": "group", "aggregation": "token-mean",
+             "importance_sampling_level": "token", "dynamic_sampling": True, "mask_truncated_completions": True},
+    # Liu et al., 2025 (Dr. GRPO): advantages without the std, the constant normaliser B · T_max, no KL
+    "dr-grpo": {"eps": 0.2, "eps_high": None, "beta": 0.0, "scale": "none", "aggregation": "constant",
+                "importance_sampling_level": "token"},
+    # Zheng et al., 2025 (GSPO, section 5.1): the sequence ratio clipped to [1 - 3e-4, 1 + 4e-4], no KL
+    "gspo": {"eps": 3e-4, "eps_high": 4e-4, "beta": 0.0, "scale": "group", "aggregation": "seq-mean",
+             "importance_sampling_level": "sequence"},
+}
+
 
 @dataclass
 class GRPOConfig(OnlineConfig):
@@ -52,7 +72,8 @@ class GRPOConfig(OnlineConfig):
     # "token": one ratio r_t per token (GRPO); "sequence": s_i = exp(mean_t log r_t), clipped per answer (GSPO)
     importance_sampling_level: str = choice("token", IMPORTANCE_SAMPLING_LEVELS)
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
-    # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO)
+    # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO:
+    # scale none + aggregation constant, the dr-grpo recipe)
     scale: str = choice("group", GRPO_SCALES)
     # how token terms are weighted into the loss, see losses.aggregate ("seq-mean" = the GRPO paper)
     aggregation: str = choice("token-mean", AGGREGATIONS)
