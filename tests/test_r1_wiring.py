@@ -186,3 +186,23 @@ def test_dapo_recipe_runs_from_the_command_line_and_config_json_records_its_fiel
     assert saved["eps_high"] == 0.28 and saved["dynamic_sampling"] and saved["mask_truncated_completions"]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all({"groups_sampled", "groups_kept", "sampling_rounds"} <= row.keys() for row in rows if "reward" in row)
+
+
+@pytest.mark.parametrize("baseline", ["reinforce++", "reinforce++-baseline"])
+def test_reinforce_plus_plus_trains_with_per_token_advantages(baseline):
+    import math
+
+    from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
+
+    history = train_reinforce(None, ReinforceConfig(baseline=baseline, beta=0.04, **TINY))[2]
+    rows = [row for row in history if "loss" in row]
+    assert len(rows) == 2 and all(math.isfinite(row["loss"]) and row["advantage_std"] > 0 for row in rows)
+    assert all("kl_ref" in row for row in rows)  # β > 0: p_ref is loaded and the k1 KL enters the reward
+
+
+def test_reinforce_plus_plus_baseline_needs_groups():
+    from minirlhf.trainers.reinforce import ReinforceConfig
+
+    with pytest.raises(ValueError, match="ReinforceConfig.group_size"):
+        ReinforceConfig(baseline="reinforce++-baseline", group_size=1)
+    ReinforceConfig(baseline="reinforce++", group_size=1)  # the plain variant standardises over the batch alone
