@@ -206,3 +206,44 @@ def test_reinforce_plus_plus_baseline_needs_groups():
     with pytest.raises(ValueError, match="ReinforceConfig.group_size"):
         ReinforceConfig(baseline="reinforce++-baseline", group_size=1)
     ReinforceConfig(baseline="reinforce++", group_size=1)  # the plain variant standardises over the batch alone
+
+
+def test_each_reward_function_is_logged_beside_the_weighted_sum():
+    from minirlhf.tasks.user import weighted_reward
+
+    def one(prompts, completions, **_):
+        return [1.0] * len(completions)
+
+    def length(prompts, completions, **_):
+        return [float(len(c)) for c in completions]
+
+    history = train_grpo(_counting_task(weighted_reward([one, length], [2.0, -0.5])), GRPOConfig(**TINY))[2]
+    rows = [row for row in history if "reward" in row]
+    assert len(rows) == 2 and all(row["reward/one"] == 1.0 for row in rows)
+    assert all(row["reward"] == pytest.approx(2.0 - 0.5 * row["reward/length"]) for row in rows)
+
+
+def test_soft_overlong_penalty_composes_with_the_task_reward_from_the_command_line(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "minirlhf", "rloo", "--overlong-cache", "2", "--overlong-weight", "0.5",
+                    "--steps", "2", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "4",
+                    "--eval-every", "0", "--progress", "false", "--out-dir", str(out)], check=True, capture_output=True)
+    assert json.loads((out / "config.json").read_text())["overlong_cache"] == 2  # a resume restores it
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [row for row in rows if "reward" in row]
+    assert rows and all(-1.0 <= row["reward/overlong"] <= 0.0 for row in rows)
+    assert all(row["reward"] == pytest.approx(row["reward/correctness_reward"] + 0.5 * row["reward/overlong"],
+                                              abs=1e-6) for row in rows)
+
+
+def test_overlong_cache_beyond_the_budget_is_refused():
+    with pytest.raises(ValueError, match=r"GRPOConfig.overlong_cache \(8\) must be at most max_new_tokens \(4\)"):
+        GRPOConfig(overlong_cache=8, max_new_tokens=4)
+    with pytest.raises(ValueError, match="GRPOConfig.overlong_cache"):
+        GRPOConfig(overlong_cache=-1)
+    with pytest.raises(ValueError, match=r"overlong_cache \(99\) must be at most the response budget"):
+        train_grpo(None, GRPOConfig(overlong_cache=99, **{**TINY, "max_new_tokens": None}))

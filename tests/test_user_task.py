@@ -145,5 +145,5 @@ def test_help_shows_each_flags_meaning_and_allowed_values(capsys):
     with pytest.raises(SystemExit):
         main(["reinforce", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert '--baseline none|ema|rloo b in Â = R - b: "none" (b = 0)' in text
+    assert '--baseline none|ema|rloo|reinforce++|reinforce++-baseline b in Â = R - b: "none" (b = 0)' in text
     assert "--ema-decay FLOAT for baseline=\"ema\"" in text

@@ -24,8 +24,9 @@ from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import informative_groups, kl_k1, masked_sum
 from minirlhf.models import ValueHead, disable_dropout, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
-from minirlhf.tasks import Task, call_reward
+from minirlhf.tasks import Task, WeightedReward, call_reward, with_reward
 from minirlhf.tasks.registry import resolve_task
+from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.common import (
     Run,
     TrainConfig,
@@ -63,16 +64,23 @@ class OnlineConfig(TrainConfig):
     # for prompts: reward functions (prompts, completions, **columns) -> list[float]; several are summed
     reward: list[str] | None = spelled(None, "module:function|path.py:function")
     reward_weights: list[float] | None = spelled(None, "W")  # one weight per reward: R = Σ_k w_k R_k (None: 1 each)
+    # L_cache: DAPO's soft overlong penalty, 0 to -1 over the last L_cache tokens of the response budget, added to
+    # the reward with overlong_weight (logged as reward/overlong); 0 = off
+    overlong_cache: int = 0
+    overlong_weight: float = 1.0  # weight of the soft overlong penalty in R = Σ_k w_k R_k
 
     task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts", "reward", "reward_weights")
 
     def validate(self) -> None:
         super().validate()
         require_positive(self, "prompts_per_step", "group_size", "temperature")
-        require_non_negative(self, "beta")
+        require_non_negative(self, "beta", "overlong_cache")
         require_choice(self, "decoder", DECODERS)
         if self.max_new_tokens is not None:
             require_positive(self, "max_new_tokens")  # 0 is refused, not read as "the task's default" (None)
+            if self.overlong_cache > self.max_new_tokens:
+                raise ValueError(f"{type(self).__name__}.overlong_cache ({self.overlong_cache}) must be at most "
+                                 f"max_new_tokens ({self.max_new_tokens}): it is the end of the response budget")
         if self.minibatch_size is not None:
             require_positive(self, "minibatch_size")
             if self.batch_size % self.minibatch_size:
@@ -144,6 +152,8 @@ def start_online(
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
     model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    if config.overlong_cache:
+        task = with_overlong_penalty(task, config, tokenizer)
     modules = {"model": model}
     if value_head:  # V(s_t), starts at 0 everywhere
         modules["value_head"] = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
@@ -155,6 +165,18 @@ def start_online(
               **modules)
     return OnlineStart(task, config, runtime, run, model, tokenizer, ref, trained["model"], modules.get("value_head"),
                        trained.get("value_head"), rng, generator)
+
+
+def with_overlong_penalty(task: Task, config: OnlineConfig, tokenizer: PreTrainedTokenizerBase) -> Task:
+    """The task with DAPO's soft overlong punishment (`tasks.rewards.soft_overlong_punishment`) added to its reward
+    as the term "overlong", weighted by config.overlong_weight: L_max = the response budget, L_cache =
+    config.overlong_cache; the completion's tokens are counted with `tokenizer`."""
+    budget = task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+    if config.overlong_cache > budget:
+        raise ValueError(f"{type(config).__name__}.overlong_cache ({config.overlong_cache}) must be at most the "
+                         f"response budget ({budget} tokens, task {task.name!r})")
+    penalty = soft_overlong_punishment(budget, config.overlong_cache, tokenizer)
+    return with_reward(task, "overlong", config.overlong_weight, penalty)
 
 
 def setup_policy(
@@ -177,6 +199,7 @@ class Experience:
     old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling
     ref_logp: torch.Tensor | None  # (B, N) log p_ref(y_t | x, y_<t); None when β = 0
     rewards: torch.Tensor  # (B,) R(x, y)
+    reward_parts: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # (B,) R_k of a WeightedReward
 
     @property
     def prompt_length(self) -> int:
@@ -211,7 +234,12 @@ def collect(
         )
     device = rollout.input_ids.device
     columns = {name: [v for v in values for _ in range(config.group_size)] for name, values in columns.items()}
-    rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
+    if isinstance(task.reward_fn, WeightedReward):  # R = Σ_k w_k R_k, each R_k kept for the logs
+        reward_parts = task.reward_fn.parts(rollout.prompts, rollout.completions, **columns)
+        rewards = task.reward_fn.total(reward_parts).to(device)
+    else:
+        reward_parts = {}
+        rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
     P = rollout.prompt_length
     ref_logp = None
     if ref is not None:
@@ -226,6 +254,7 @@ def collect(
         old_logp=rollout.logprobs[:, P:],
         ref_logp=ref_logp,
         rewards=rewards,
+        reward_parts=reward_parts,
     )
 
 
@@ -240,7 +269,8 @@ def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Exp
         logprobs=r.logprobs[rows], ended_with_eos=r.ended_with_eos[rows],
     )
     return Experience(rollout, exp.mask[rows], exp.old_logp[rows],
-                      None if exp.ref_logp is None else exp.ref_logp[rows], exp.rewards[rows])
+                      None if exp.ref_logp is None else exp.ref_logp[rows], exp.rewards[rows],
+                      {name: part[rows.to(part.device)] for name, part in exp.reward_parts.items()})
 
 
 def concat_experiences(batches: list[Experience], pad_id: int) -> Experience:
@@ -268,7 +298,8 @@ def concat_experiences(batches: list[Experience], pad_id: int) -> Experience:
     ref_logp = None if batches[0].ref_logp is None else torch.cat([response(b.ref_logp) for b in batches])
     return Experience(rollout, torch.cat([response(b.mask) for b in batches]),
                       torch.cat([response(b.old_logp) for b in batches]), ref_logp,
-                      torch.cat([b.rewards for b in batches]))
+                      torch.cat([b.rewards for b in batches]),
+                      {name: torch.cat([b.reward_parts[name] for b in batches]) for name in batches[0].reward_parts})
 
 
 def collect_informative(s: OnlineStart, max_rounds: int) -> tuple[Experience, Experience | None, dict[str, float]]:
@@ -344,6 +375,7 @@ def experience_metrics(exp: Experience) -> dict[str, float]:
         "response_length": lengths.mean().item(),
         "eos_rate": exp.rollout.ended_with_eos.float().mean().item(),
     }
+    metrics |= {f"reward/{name}": part.mean().item() for name, part in exp.reward_parts.items()}  # each R_k
     if exp.ref_logp is not None:
         # sequence-level KL(p_θ || p_ref) estimated from the samples: E_y[Σ_t log p_θ/p_ref]  (k1 summed)
         metrics["kl_ref"] = masked_sum(kl_k1(exp.old_logp, exp.ref_logp), exp.mask, dim=-1).mean().item()
