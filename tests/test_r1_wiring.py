@@ -247,3 +247,24 @@ def test_overlong_cache_beyond_the_budget_is_refused():
         GRPOConfig(overlong_cache=-1)
     with pytest.raises(ValueError, match=r"overlong_cache \(99\) must be at most the response budget"):
         train_grpo(None, GRPOConfig(overlong_cache=99, **{**TINY, "max_new_tokens": None}))
+
+
+@pytest.mark.parametrize("method", ["grpo", "ppo"])
+def test_kl_to_the_reference_is_measured_at_evaluation_whatever_beta(method):
+    config_cls, train = (GRPOConfig, train_grpo) if method == "grpo" else (PPOConfig, train_ppo)
+    fields = {**TINY, "eval_every": 1, "lr": 1e-2, "beta": 0.0 if method == "grpo" else 0.05, "minibatch_size": None}
+    evals = [row for row in train(None, config_cls(**fields))[2] if "eval/kl_ref" in row]
+    assert [row["step"] for row in evals] == [0, 1, 2]
+    # p_θ = p_ref at the start only (sampling's cached log-probs and a full forward agree to float precision)
+    assert abs(evals[0]["eval/kl_ref"]) < 1e-5 and abs(evals[-1]["eval/kl_ref"]) > 1e-3
+    assert "eval/accuracy" in evals[-1]  # beside the task's own held-out metrics
+
+
+def test_eval_kl_false_makes_no_reference_copy_at_beta_zero(monkeypatch):
+    from minirlhf.trainers import online
+
+    copies = []
+    monkeypatch.setattr(online, "frozen_copy", lambda model: copies.append(model) or model)
+    history = train_grpo(None, GRPOConfig(eval_kl=False, **{**TINY, "eval_every": 1}))[2]
+    assert copies == [] and not any("eval/kl_ref" in row for row in history)
+    assert any("eval/accuracy" in row for row in history)

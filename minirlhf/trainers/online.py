@@ -22,7 +22,7 @@ from minirlhf import diagnostics
 from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import informative_groups, kl_k1, masked_sum
-from minirlhf.models import ValueHead, disable_dropout, frozen_copy
+from minirlhf.models import ValueHead, disable_dropout, eval_mode, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, WeightedReward, call_reward, with_reward
 from minirlhf.tasks.registry import resolve_task
@@ -68,6 +68,9 @@ class OnlineConfig(TrainConfig):
     # the reward with overlong_weight (logged as reward/overlong); 0 = off
     overlong_cache: int = 0
     overlong_weight: float = 1.0  # weight of the soft overlong penalty in R = Σ_k w_k R_k
+    # eval/kl_ref at each evaluation: KL(p_θ || p_ref) from sampled completions. At β = 0 this keeps a frozen copy
+    # of the starting model for it (one more set of weights in memory: ~0.5 GB for gpt2 in float32); false = none
+    eval_kl: bool = True
 
     task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts", "reward", "reward_weights")
 
@@ -146,12 +149,15 @@ def start_online(
     """The set-up every online trainer shares, in this order (the order the random streams are drawn in): the task
     (`online_task`), the runtime (device, precision, processes), the seeds and the two random streams, p_θ and p_ref
     (`setup_policy`), a value head when asked, AdamW over what is trained, the modules the update runs through,
-    the held-out evaluation (`held_out_metrics` of task.evaluate) and the `Run`."""
+    the held-out evaluation (`held_out_metrics` of task.evaluate, and eval/kl_ref: `kl_to_reference`) and the
+    `Run`."""
     task, config = online_task(task, config)
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
     model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    # p_ref for eval/kl_ref: the loss's own, else a frozen copy of the start made for evaluation alone
+    eval_ref = ref if ref is not None or not (config.eval_kl and config.eval_every) else frozen_copy(model)
     if config.overlong_cache:
         task = with_overlong_penalty(task, config, tokenizer)
     modules = {"model": model}
@@ -160,9 +166,14 @@ def start_online(
     params = [p for module in modules.values() for p in module.parameters()]
     optimizer = make_optimizer(params, config.lr)
     trained = {name: runtime.prepare(module) for name, module in modules.items()}  # DDP under several processes
-    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
-    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator}, evaluate, callbacks,
-              **modules)
+
+    def evaluate() -> dict[str, float]:
+        kl = {} if eval_ref is None else {"eval/kl_ref": kl_to_reference(model, eval_ref, tokenizer, task, config,
+                                                                          runtime)}
+        return held_out_metrics(task.evaluate, model, tokenizer) | kl
+
+    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
+              evaluate if task.evaluate or eval_ref is not None else None, callbacks, **modules)
     return OnlineStart(task, config, runtime, run, model, tokenizer, ref, trained["model"], modules.get("value_head"),
                        trained.get("value_head"), rng, generator)
 
@@ -177,6 +188,36 @@ def with_overlong_penalty(task: Task, config: OnlineConfig, tokenizer: PreTraine
                          f"response budget ({budget} tokens, task {task.name!r})")
     penalty = soft_overlong_punishment(budget, config.overlong_cache, tokenizer)
     return with_reward(task, "overlong", config.overlong_weight, penalty)
+
+
+KL_EVAL_PROMPTS = 32  # prompts of eval/kl_ref (one fixed draw), two completions each
+
+
+@torch.no_grad()
+def kl_to_reference(
+    model: nn.Module, ref: nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, config: OnlineConfig,
+    runtime: Runtime,
+) -> float:
+    """eval/kl_ref: the sequence-level KL(p_θ || p_ref) at evaluation, for every online method and any β,
+
+        KL ≈ (1/n) Σ_i Σ_t [log p_θ(y_i,t | x_i, y_i,<t) - log p_ref(y_i,t | x_i, y_i,<t)],   y_i ~ p_θ(·|x_i)
+
+    (k1 summed per sequence, averaged) over two completions each of one fixed draw of KL_EVAL_PROMPTS prompts of
+    the task, sampled as in training (temperature, top-k/top-p, budget). The draw and the samples come from their
+    own seeded streams: training's random streams are untouched, and every evaluation reads the same prompts."""
+    prompts, _ = prompt_columns(task.train_prompts(KL_EVAL_PROMPTS, random.Random(config.seed + 1)))
+    with eval_mode(model), runtime.autocast():
+        rollout = sample(
+            model, tokenizer, prompts, group_size=2,
+            max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
+            temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
+            generator=torch.Generator().manual_seed(config.seed + 1), decoder=config.decoder,
+        )
+        P = rollout.prompt_length
+        ref_logp = response_logprobs(ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                                     config.temperature, prompt_length=P)
+    mask = rollout.response_mask[:, P:]
+    return masked_sum(kl_k1(rollout.logprobs[:, P:], ref_logp[:, P:]), mask, dim=-1).mean().item()
 
 
 def setup_policy(
