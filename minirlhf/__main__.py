@@ -13,6 +13,9 @@
     python -m minirlhf grpo --preset t4 --steps 100   # real GPT-2 sizes for a Colab T4 (minirlhf.presets)
     accelerate launch --num_processes 2 -m minirlhf dpo --preset t4   # data parallel over 2 GPUs
     python -m minirlhf <command> --help       # every flag: its meaning, allowed values and default
+
+A mistake in a flag, a file, a checkpoint or a reward function prints one line, `python -m minirlhf <command>:
+error: ...`, and exits with status 2; `--traceback` (or MINIRLHF_TRACEBACK=1) prints the full traceback instead.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ import argparse
 import importlib
 import json
 import sys
+import traceback
 from collections.abc import Callable
 
 from minirlhf.cli import add_config_arguments, config_from_args, given_fields
+from minirlhf.errors import TRACEBACK_ENV, env_flag, is_user_error
 from minirlhf.presets import PRESETS, preset
 
 # command -> (module of minirlhf.trainers, config class, train function, what the command learns from); imported when
@@ -109,7 +114,25 @@ TOOLS = {"demo": _demo, "sample": _sample}
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The command line. A user error (`errors.is_user_error`) ends it with one line on stderr and status 2; with
+    `--traceback` or MINIRLHF_TRACEBACK=1 it is raised as it is."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = "--traceback" in argv
+    argv = [arg for arg in argv if arg != "--traceback"]
+    try:
+        show_traceback = env_flag(TRACEBACK_ENV) or show_traceback
+        _main(argv)
+    except Exception as error:
+        if show_traceback or not is_user_error(error):
+            raise
+        traceback.clear_frames(error.__traceback__)  # the failed run's model and tensors are freed now
+        message = " ".join(str(error).split())  # one line, whatever the message holds
+        command = argv[0] if argv and not argv[0].startswith("-") else ""
+        print(f"python -m minirlhf {command}: error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _main(argv: list[str]) -> None:
     commands = [*TOOLS, *TRAINERS]
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__)
@@ -140,13 +163,10 @@ def main(argv: list[str] | None = None) -> None:
         args = parser.parse_args(rest)
     from minirlhf.trainers.common import require_same_task
 
-    try:
-        config = config_from_args(config_cls, args, given_fields(parser, rest))
-        _, train, resolve_data = _trainer(command, getattr(config, "loss_type", None))
-        require_same_task(config)  # a resume continues on its run's task
-        data = resolve_data(config) if resolve_data else None  # what train(None, config) would build, checked here
-    except (ValueError, FileNotFoundError) as err:
-        parser.error(str(err))
+    config = config_from_args(config_cls, args, given_fields(parser, rest))
+    _, train, resolve_data = _trainer(command, getattr(config, "loss_type", None))
+    require_same_task(config)  # a resume continues on its run's task
+    data = resolve_data(config) if resolve_data else None  # what train(None, config) would build, checked here
     history = train(data, config)[2]
     from minirlhf.distributed import is_main_process
 

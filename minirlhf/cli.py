@@ -131,5 +131,6 @@ def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str]
     if values.get("resume"):
         saved = saved_config(values["resume"])
         saved.pop("out_dir", None)  # where it wrote before a move: it now writes in the folder it resumes from
+        saved.pop("fork_to", None)  # a fork happens once, when asked
         values = saved | {k: values[k] for k in given | {"resume"} if k in names}
     return config_cls.from_dict(values)

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from minirlhf.errors import UserError
 from minirlhf.models import DATA_DIR, hub_reachable
 
 
@@ -67,6 +68,53 @@ def encode_prompt_completion(
         "attention_mask": torch.tensor(attention),
         "response_mask": torch.tensor(response),
     }
+
+
+# ----------------------------------------------------------------------------- checks at the door
+
+
+def check_text(value: str, where: str, field: str) -> None:
+    """A text field must be encodable (UTF-8): a lone surrogate (JSON's "\\ud800") would reach the tokenizer as a
+    raw TypeError mid-run; here it is a UserError naming `where` (file and line; "" to leave it to the caller), the
+    field and the position."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        prefix = f"{where}: " if where else ""
+        raise UserError(f"{prefix}field {field!r} holds a lone surrogate {value[err.start]!r} at character {err.start} "
+                        f"({value[max(0, err.start - 20) : err.start]!r}...): not valid text") from None
+
+
+def check_prompt_room(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], max_new_tokens: int, context: int,
+    sources: Sequence[str] = (),
+) -> None:
+    """Every prompt leaves room for `max_new_tokens` within the model's `context`, checked for all of them before
+    the first step (not when a prompt is first drawn): a UserError names the first that does not."""
+    lengths = [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
+    for i, n in enumerate(lengths):
+        if n + max_new_tokens > context:
+            raise UserError(f"{_source(sources, i, 'prompt')}: field 'prompt' ({prompts[i][:40]!r}...) has {n} tokens; "
+                            f"with max_new_tokens={max_new_tokens} it does not fit the model's context of {context} "
+                            f"positions: shorten it, or lower max_new_tokens")
+
+
+def check_example_lengths(
+    tokenizer: PreTrainedTokenizerBase, examples: Sequence[tuple[str, str]], context: int, sources: Sequence[str] = ()
+) -> None:
+    """Every (prompt, completion) demonstration fits the model's `context` with its EOS, checked for all of them
+    before the first step: a UserError names the first that does not."""
+    prompts = tokenizer([p for p, _ in examples], add_special_tokens=False)["input_ids"]
+    completions = tokenizer([c for _, c in examples], add_special_tokens=False)["input_ids"]
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        if len(p) + len(c) + 1 > context:
+            raise UserError(f"{_source(sources, i, 'example')}: prompt + completion + EOS are {len(p) + len(c) + 1} "
+                            f"tokens, longer than the model's context of {context} positions "
+                            f"({examples[i][0][:30]!r}...): shorten or drop it")
+
+
+def _source(sources: Sequence[str], i: int, unit: str) -> str:
+    return sources[i] if i < len(sources) else f"{unit} {i}"
 
 
 # ----------------------------------------------------------------------------- preference pairs
@@ -144,6 +192,7 @@ class SFTData:
 
     examples: Sequence[tuple[str, str]]
     evaluate: Callable[..., dict[str, float]] | None = None
+    sources: Sequence[str] = ()  # where each example came from ("prompts.jsonl, line 3"), for the errors
 
 
 @dataclass(frozen=True)
@@ -291,6 +340,7 @@ def _pair_from_row(row: object) -> PreferencePair:
             raise ValueError(f"field {name!r} must be a string, got {type(value).__name__}{hint}")
         if not value.strip():
             raise ValueError(f"field {name!r} is empty")
+        check_text(value, "", name)  # _collect names the file and line
     if row["chosen"] == row["rejected"]:
         raise ValueError("field 'rejected' is identical to 'chosen': a pair must compare two different texts")
     if "prompt" in row:

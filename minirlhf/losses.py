@@ -455,8 +455,11 @@ def value_loss(
         L_V = ½ E_t[ (V(s_t) - R_t)² ]                                          (clip=None)
         L_V = ½ E_t[ max( (V - R_t)², (V_old + clip(V - V_old, -c, c) - R_t)² ) ]  (clip=c)
 
-    The clipped form (PPO's value clipping) stops V moving more than c away from the values
-    V_old recorded at rollout time; taking the max keeps the more pessimistic error.
+    The clipped form (PPO's value clipping) keeps the larger of the two errors. Once V has moved more than c
+    away from the value V_old recorded at rollout time and the clipped value V_old ± c is further from R_t
+    than V is, the clipped term is the larger one and is constant in V: that token's gradient is 0, so it
+    stops pulling V further.
+    It removes the incentive, it does not bound V: other tokens (through shared weights) can still move it.
     """
     _check_same_shape(values=values, old_values=old_values, returns=returns, mask=mask)
     _check_real_tokens(mask, values=values, old_values=old_values, returns=returns)

@@ -19,10 +19,11 @@ from safetensors.torch import load_file
 
 from minirlhf.data import load_preference_pairs
 from minirlhf.tasks import Task, arithmetic
-from minirlhf.trainers.checkpoint import Checkpointer, find_checkpoint, list_checkpoints
+from minirlhf.trainers.checkpoint import Checkpointer, find_checkpoint, list_checkpoints, release_run_folder
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.kto import train_kto
+from minirlhf.trainers.manifest import read_manifest
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
 from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
@@ -133,9 +134,18 @@ def test_grpo_killed_with_sigkill_resumes_to_bit_identical_weights(tmp_path):
 
 
 def _tiny_checkpointer(tmp_path, **overrides) -> Checkpointer:
+    """The Checkpointer of a tiny module; a fresh one belongs to the run of tmp_path (started here when there is
+    none yet: its manifest, whose run id the checkpoints carry)."""
     config = GRPOConfig(out_dir=str(tmp_path), save_every=1, **overrides)
     module = torch.nn.Linear(3, 2)
-    return Checkpointer(config, torch.optim.AdamW(module.parameters()), {}, model=module)
+    checkpointer = Checkpointer(config, torch.optim.AdamW(module.parameters()), {}, model=module)
+    manifest = read_manifest(tmp_path)
+    if config.resume is None and manifest is None:
+        checkpointer.resume()
+        release_run_folder(tmp_path)
+    elif config.resume is None:
+        checkpointer.run_id = manifest["run_id"]
+    return checkpointer
 
 
 def test_a_save_that_dies_midway_leaves_no_checkpoint_and_the_last_one_intact(tmp_path, monkeypatch):

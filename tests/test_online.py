@@ -18,6 +18,15 @@ def test_correctness_reward_is_exact():
     assert arithmetic.correctness_reward(prompts, ["42", " 42 ", "420", "41", "42 is it"]) == [1, 1, 0, 0, 0]
 
 
+def test_correct_answers_are_per_problem_and_average_to_the_accuracy():
+    model, tokenizer = load_model("tiny-sft")  # about 60% right: both verdicts occur
+    held_out = arithmetic.problems("test")[:40]
+    correct = arithmetic.correct_answers(model, tokenizer, held_out, batch_size=16)  # 3 batches, the last one short
+    assert len(correct) == 40 and set(correct) == {0, 1}
+    assert arithmetic.accuracy(model, tokenizer, held_out) == sum(correct) / 40
+    assert correct[:16] == arithmetic.correct_answers(model, tokenizer, held_out[:16])  # same problem, same verdict
+
+
 def test_held_out_problems_never_reach_training():
     train = {p.prompt for p in arithmetic.problems("train")}
     test = {p.prompt for p in arithmetic.problems("test")}
@@ -73,7 +82,8 @@ def test_constant_reward_gives_zero_grpo_advantages_and_no_nan():
     before = [p.detach().clone() for p in model.parameters()]
     config = GRPOConfig(model="tiny", steps=2, prompts_per_step=4, group_size=4, beta=0.0, progress=False)
     _, _, history = train_grpo(constant, config, model=model, tokenizer=tokenizer)
-    assert all(row["zero_std_groups"] == 1.0 for row in history)
+    steps = [row for row in history if "reward" in row]  # the last row is the final evaluation (eval/kl_ref)
+    assert len(steps) == 2 and all(row["zero_std_groups"] == 1.0 for row in steps)
     assert all(math.isfinite(v) for row in history for v in row.values())
     # zero advantages and β = 0: the loss has no gradient, so the policy must not move
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -45,6 +45,7 @@ from minirlhf.trainers.checkpoint import (
 from minirlhf.trainers.common import History, optimizer_step
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.guard import NonFiniteError, check_gradients
+from minirlhf.trainers.manifest import MANIFEST_FILE, new_manifest, write_manifest
 from minirlhf.trainers.reward_model import train_reward_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -79,7 +80,7 @@ HOLDER = textwrap.dedent("""
     from minirlhf.trainers.checkpoint import hold_run_folder
     try:
         hold_run_folder(sys.argv[1])
-    except RuntimeError as err:
+    except ValueError as err:  # errors.UserError
         print("refused:", err, flush=True)
         sys.exit(3)
     print("held", flush=True)
@@ -139,6 +140,9 @@ def test_a_fresh_run_refuses_a_finished_runs_folder_unless_overwrite(tmp_path):
     with pytest.raises(FileExistsError, match=r"results of another run \(metrics.jsonl, model\); pass overwrite=True"):
         _tiny_checkpointer(tmp_path).resume()
     assert (tmp_path / "metrics.jsonl").exists() and not (tmp_path / LOCK_FILE).exists()  # refused: nothing touched
+    with pytest.raises(FileExistsError, match=r"holds metrics.jsonl, model, which no minirlhf run wrote there"):
+        _tiny_checkpointer(tmp_path, overwrite=True).resume()  # no run.json lists them: not a run's results
+    write_manifest(tmp_path, new_manifest({}, "GRPOConfig") | {"files": [MANIFEST_FILE, "metrics.jsonl", "model"]})
     assert _tiny_checkpointer(tmp_path, overwrite=True).resume() == (0, [], {})
     assert not (tmp_path / "metrics.jsonl").exists() and not (tmp_path / "model").exists()
     release_run_folder(tmp_path)
@@ -219,6 +223,7 @@ def test_optimizer_step_skips_fp16_overflows_and_stops_once_the_scaler_cannot_re
 
 def test_non_finite_weights_are_never_written_nor_resumed(tmp_path):
     checkpointer = _tiny_checkpointer(tmp_path)
+    checkpointer.resume()  # the run starts: its manifest, whose run id its checkpoints carry
     good = checkpointer.save(1, [])
     with torch.no_grad():
         checkpointer.modules["model"].weight[0, 0] = float("nan")
@@ -227,7 +232,9 @@ def test_non_finite_weights_are_never_written_nor_resumed(tmp_path):
     assert list_checkpoints(tmp_path) == [good]
     bad = tmp_path / "checkpoints" / "step-000002"
     (tmp_path / "checkpoints" / "step-000001").rename(bad)  # a NaN checkpoint written by some older version
-    good = _tiny_checkpointer(tmp_path).save(1, [])
+    fresh = _tiny_checkpointer(tmp_path)  # finite weights again, in the same run
+    fresh.run_id = checkpointer.run_id
+    good = fresh.save(1, [])
     save_model(checkpointer.modules["model"], str(bad / "model.safetensors"))
     with pytest.raises(NonFiniteError, match=f"holds inf or NaN weights .*previous intact checkpoint is {good}"):
         _tiny_checkpointer(tmp_path, resume=str(tmp_path)).resume()
@@ -247,6 +254,7 @@ def _truncate(path: Path) -> None:
 ])
 def test_a_damaged_checkpoint_names_the_file_and_the_previous_intact_one(tmp_path, file, damage, message):
     checkpointer = _tiny_checkpointer(tmp_path)
+    checkpointer.resume()
     previous = checkpointer.save(1, [{"step": 0}])
     damage(checkpointer.save(2, [{"step": 0}, {"step": 1}]) / file)
     expected = f"step-000002/{file} cannot be read \\({message}.*previous intact checkpoint is {previous}"
@@ -254,7 +262,8 @@ def test_a_damaged_checkpoint_names_the_file_and_the_previous_intact_one(tmp_pat
         _tiny_checkpointer(tmp_path, resume=str(tmp_path)).resume()
     with pytest.raises(ValueError, match=expected):
         saved_config(tmp_path)  # what the CLI's --resume reads first
-    assert _tiny_checkpointer(tmp_path, resume=str(previous)).resume()[:2] == (1, [{"step": 0}])
+    with pytest.warns(UserWarning, match="rewinding .* moved aside"):  # the damaged step-000002 is kept aside
+        assert _tiny_checkpointer(tmp_path, resume=str(previous)).resume()[:2] == (1, [{"step": 0}])
 
 
 # ----------------------------------------------------------------------------- the losses at their extremes

@@ -161,15 +161,44 @@ def execute_notebook(
     return nb, [client.wall_seconds.get(i, 0.0) for i in range(len(nb.cells))]
 
 
+EXECUTED_FROM = "minirlhf_executed_from"  # metadata of an executed copy in --out: the notebook it ran
+
+
+def _positive_seconds(text: str) -> float:
+    seconds = float(text)
+    if not (seconds > 0 and seconds != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r} (0 would mean no timeout)")
+    return seconds
+
+
+def _out_clash(notebooks: list[Path], out: Path) -> str | None:
+    """Why writing the executed copies of `notebooks` into `out` would replace another notebook's copy (None when
+    it would not): two notebooks of one name, or a copy in `out` that records another notebook as its source."""
+    sources: dict[str, Path] = {}
+    for path in notebooks:
+        if path.name in sources and sources[path.name] != path.resolve():
+            return f"--out {out}: {sources[path.name]} and {path} would both be written as {out / path.name}"
+        sources[path.name] = path.resolve()
+        existing = out / path.name
+        before = nbformat.read(existing, as_version=4).metadata.get(EXECUTED_FROM) if existing.is_file() else None
+        if before is not None and before != str(path.resolve()):  # a copy without the record: its source is unknown
+            return (f"--out {out}: {existing} exists (executed from {before}); writing {path} there would replace "
+                    f"it: choose another --out folder, or remove that file")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run notebooks headless; print per-notebook and slowest-cell times.")
     parser.add_argument("notebooks", nargs="+", type=Path)
     parser.add_argument("--quick", action="store_true", help="MINIRLHF_QUICK=1: tiny training budgets")
     parser.add_argument("--out", type=Path, help="write the executed copies (with outputs) into this folder")
-    parser.add_argument("--timeout-per-cell", type=float, default=600, help="seconds (default 600)")
+    parser.add_argument("--timeout-per-cell", type=_positive_seconds, default=600, help="seconds, > 0 (default 600)")
     parser.add_argument("--kernel-name", help="a kernelspec (default: this interpreter)")
     args = parser.parse_args(argv)
     if args.out:
+        problem = _out_clash(args.notebooks, args.out)
+        if problem:
+            parser.error(problem)
         args.out.mkdir(parents=True, exist_ok=True)
     mode = "quick" if args.quick else "full"
     failed = []
@@ -189,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"#{i} {s:.1f} s" for s, i in slowest)
               + f"; lost wake-ups recovered: {RepollingChannel.recovered - recovered}", flush=True)
         if args.out:
+            nb.metadata[EXECUTED_FROM] = str(path.resolve())
             nbformat.write(nb, args.out / path.name)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

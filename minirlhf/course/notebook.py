@@ -10,11 +10,10 @@ Quick mode (MINIRLHF_QUICK=1, set by the test suite) makes every training cell u
 
 from __future__ import annotations
 
-import os
-
 import torch
 from IPython import get_ipython
 
+from minirlhf.errors import env_flag
 from minirlhf.models import SHIPPED
 
 QUICK_ENV = "MINIRLHF_QUICK"
@@ -27,7 +26,7 @@ def setup() -> tuple[str, bool]:
     nothing about the runtime: a student knows whether the notebook is open in Colab, and the book renders copies
     executed in a simulated Colab (tests/_colab.py), where a "Colab: True" would be untrue."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    quick = os.environ.get(QUICK_ENV) == "1"
+    quick = env_flag(QUICK_ENV)  # "1" or "0"/unset; any other value is an error naming the variable
     shell = get_ipython()
     if shell is not None:
         shell.run_line_magic("matplotlib", "inline")

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from minirlhf.errors import UserError
+
 RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
 
 
@@ -35,6 +37,9 @@ class Task:
     reward_fn: RewardFn  # reward_fn(prompts, completions, **columns) -> one float each
     max_new_tokens: int  # response budget when sampling
     evaluate: Callable[..., dict[str, float]] | None = None  # (model, tokenizer) -> held-out metrics; None = none
+    # (where, prompt) of every training prompt when the set is finite (a file): each is checked to fit the model's
+    # context with max_new_tokens before the first step; () for a task that makes its prompts up
+    prompts: Sequence[tuple[str, str]] = ()
 
 
 class WeightedReward:
@@ -77,7 +82,11 @@ def with_reward(task: Task, name: str, weight: float, reward_fn: RewardFn) -> Ta
 def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str], **columns: Any) -> torch.Tensor:
     """R(x, y) for a batch, checked: one finite float per completion, or a ValueError naming the function."""
     name = reward_name(reward_fn)
-    rewards = reward_fn(prompts, completions, **columns)
+    try:  # copies: a reward that changes its arguments changes nothing of the run's
+        rewards = reward_fn(list(prompts), list(completions), **{k: list(v) for k, v in columns.items()})
+    except SystemExit as exit_:
+        raise UserError(f"reward function {name} called sys.exit({exit_.code!r}): a reward returns one float per "
+                        f"completion, it does not end the run") from None
     if rewards is None:
         raise ValueError(f"reward function {name} returned None instead of a list of {len(completions)} floats")
     if isinstance(rewards, torch.Tensor | np.ndarray):

@@ -101,16 +101,23 @@ def _train_pool() -> list[Problem]:
 
 
 @torch.no_grad()
-def accuracy(model, tokenizer, held_out: list[Problem] | None = None, batch_size: int = 512) -> float:
-    """Greedy exact-match accuracy on held-out problems (all ~1000 test problems by default)."""
+def correct_answers(model, tokenizer, held_out: list[Problem] | None = None, batch_size: int = 512) -> list[float]:
+    """1.0 or 0.0 per held-out problem, in order: is the greedy answer exactly right (all ~1000 test problems by
+    default)? Two models scored on the same problems can be compared problem by problem (minirlhf.course.stats)."""
     held_out = held_out if held_out is not None else problems("test")
-    correct = 0
+    correct = []
     for start in range(0, len(held_out), batch_size):
         chunk = held_out[start : start + batch_size]
         prompts = [p.prompt for p in chunk]
         rollout = sample(model, tokenizer, prompts, max_new_tokens=MAX_NEW_TOKENS, greedy=True)
-        correct += sum(correctness_reward(prompts, rollout.completions))
-    return correct / len(held_out)
+        correct += correctness_reward(prompts, rollout.completions)
+    return correct
+
+
+def accuracy(model, tokenizer, held_out: list[Problem] | None = None, batch_size: int = 512) -> float:
+    """Greedy exact-match accuracy on held-out problems (all ~1000 test problems by default)."""
+    correct = correct_answers(model, tokenizer, held_out, batch_size)
+    return sum(correct) / len(correct)
 
 
 

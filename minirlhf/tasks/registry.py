@@ -14,7 +14,7 @@ from typing import Any
 
 from minirlhf.data import PreferenceData, PreferencePair, SFTData, preference_data
 from minirlhf.tasks import Task, arithmetic, sentiment
-from minirlhf.tasks.user import load_object, load_prompt_rows, prompts_task
+from minirlhf.tasks.user import load_object, located_prompt_rows, prompts_task
 
 DEFAULT_TASK = "arithmetic"  # what an online run or SFT learns from when its config names no task and no prompts
 TASKS: dict[str, Callable[[], Task]] = {"arithmetic": arithmetic.task, "sentiment": sentiment.vader_task}
@@ -41,8 +41,8 @@ def resolve_sft_data(config: Any) -> SFTData:
     shipped name or a module:function that returns an SFTData (default: arithmetic)."""
     _check_task_fields(config.task, config.prompts)
     if config.prompts:
-        rows = load_prompt_rows(config.prompts, required=("prompt", "completion"))
-        return SFTData([(row["prompt"], row["completion"]) for row in rows])
+        rows = located_prompt_rows(config.prompts, required=("prompt", "completion"))
+        return SFTData([(row["prompt"], row["completion"]) for _, row in rows], sources=[where for where, _ in rows])
     return _made(config.task or DEFAULT_TASK, SFT_DATA, SFTData)
 
 

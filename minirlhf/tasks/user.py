@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from minirlhf.data import check_text
+from minirlhf.errors import UserError
 from minirlhf.tasks import RewardFn, Task, WeightedReward, reward_name
 
 MAX_NEW_TOKENS = 32  # response budget of a task of your own unless --max-new-tokens says otherwise (fits `tiny`)
@@ -79,18 +81,33 @@ def weighted_reward(reward_fns: Sequence[RewardFn], weights: Sequence[float] | N
 
 def load_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",)) -> list[dict[str, Any]]:
     """The rows of a prompt file: a `.jsonl` file with one JSON object per line, or a `datasets` name (its "train"
-    split). Every row must hold the `required` fields as non-empty strings; a bad row names its file and line."""
+    split). Every row must hold the `required` fields as non-empty strings of valid text, and the same columns as
+    the first row; a bad row names its file and line."""
+    return [row for _, row in located_prompt_rows(source, required)]
+
+
+def located_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",)) -> list[tuple[str, dict]]:
+    """(where, row) for each row of `load_prompt_rows`, where = "file, line N" (or "name (train split), row i"):
+    every row is checked here, before the first step."""
     path = Path(source).expanduser()
     if path.suffix == ".jsonl" or path.is_file():
         if not path.is_file():
             raise FileNotFoundError(f"prompt file {str(source)!r} does not exist (relative to {Path.cwd()})")
         numbered = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}, line {number}: not UTF-8 text (byte {err.start + 1}: "
+                                f"{raw[err.start : err.start + 1]!r})") from None
             if line.strip():
                 try:
                     numbered.append((f"{path}, line {number}", json.loads(line)))
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}, line {number}: invalid JSON ({err.msg} at column {err.colno})") from err
+                except (ValueError, RecursionError) as err:  # an integer of 5000 digits, nesting 10^5 deep
+                    raise UserError(f"{path}, line {number}: invalid JSON ({type(err).__name__}: "
+                                    f"{str(err)[:80]})") from None
     else:
         from minirlhf.data import _rows_from_datasets
 
@@ -104,7 +121,16 @@ def load_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",)) 
         for field in required:
             if not isinstance(row.get(field), str) or not row[field]:
                 raise ValueError(f"{where}: field {field!r} must be a non-empty string, got {row.get(field)!r}")
-    return [row for _, row in numbered]
+            check_text(row[field], where, field)
+    columns = set(numbered[0][1])
+    for where, row in numbered:
+        if set(row) != columns:
+            missing, extra = sorted(columns - set(row)), sorted(set(row) - columns)
+            raise UserError(f"{where}: the columns differ from the first row's ({', '.join(sorted(columns))}): "
+                            + "; ".join(filter(None, [missing and f"missing {', '.join(missing)}",
+                                                      extra and f"extra {', '.join(extra)}"]))
+                            + " (every row needs the same columns: the reward functions get one list per column)")
+    return numbered
 
 
 def prompts_task(
@@ -116,11 +142,13 @@ def prompts_task(
 ) -> Task:
     """The `Task` of a prompt file (see `load_prompt_rows`) rewarded by Σ_k w_k R_k; prompts are drawn with
     replacement, and their rows' other fields reach the reward functions as keyword lists."""
-    rows = load_prompt_rows(source)
+    located = located_prompt_rows(source)
+    rows = [row for _, row in located]
     reward = weighted_reward(reward_fns, weights)
 
     def train_prompts(n: int, rng: random.Random) -> list[dict[str, Any]]:
         return [rng.choice(rows) for _ in range(n)]
 
     return Task(name=Path(str(source)).stem, train_prompts=train_prompts, reward_fn=reward,
-                max_new_tokens=max_new_tokens, evaluate=evaluate)
+                max_new_tokens=max_new_tokens, evaluate=evaluate,
+                prompts=[(where, row["prompt"]) for where, row in located])

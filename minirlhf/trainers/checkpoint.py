@@ -16,9 +16,12 @@ from safetensors, the rest from `torch.load(weights_only=True)` and JSON. A chec
 file, invalid JSON) is refused before anything is loaded from it, one holding inf/NaN weights before the run
 starts, each with the previous intact checkpoint named; one with inf/NaN weights is never written (`guard`).
 
-One folder, one run: a run holds its out_dir for as long as it trains (`hold_run_folder`, a lock file naming
-its process), a resumed run writes into the folder it resumes from, and a fresh run refuses a folder that already
-holds another run's results unless `overwrite=True`.
+One folder, one run (README, "Checkpoints and resuming"): a run holds its out_dir for as long as it trains
+(`hold_run_folder`, a lock file naming its process; let go when the run ends, also by an exception), and knows
+what it is (`manifest`: run.json, whose run id every checkpoint carries). A resumed run writes only into the folder
+of its checkpoint, and only when that folder's manifest is the checkpoint's run (else `fork_to` starts a new run
+folder from it); resuming an older checkpoint moves the newer ones aside (never deletes them); a fresh run refuses
+a folder that holds another run's results, and `overwrite=True` deletes only what that run's manifest lists.
 """
 
 from __future__ import annotations
@@ -42,7 +45,16 @@ from safetensors import safe_open
 from safetensors.torch import load_model, save_model
 from torch import nn
 
+from minirlhf.errors import CheckpointDamaged, UserError
 from minirlhf.trainers.guard import NonFiniteError, check_weights, nonfinite_parameters
+from minirlhf.trainers.manifest import (
+    MANIFEST_FILE,
+    check_same_run,
+    new_manifest,
+    read_manifest,
+    record_files,
+    write_manifest,
+)
 
 CHECKPOINTS_DIR = "checkpoints"  # inside out_dir
 STATE_FILE = "state.json"
@@ -50,8 +62,8 @@ TRAINER_STATE_FILE = "trainer_state.pt"
 LOCK_FILE = ".run.lock"  # inside out_dir while a run holds it: {"pid", "host", "started"} of the holder
 RESULTS = ("metrics.jsonl", "config.json", "model", "reward_model", CHECKPOINTS_DIR)  # what a run leaves in out_dir
 # Fields that may change between the interrupted and the resumed run without changing what it computes.
-RUN_CONTROL_FIELDS = {"steps", "out_dir", "resume", "save_every", "keep_checkpoints", "progress", "eval_every",
-                      "device", "debug", "gradient_checkpointing", "compile", "decoder", "overwrite"}
+RUN_CONTROL_FIELDS = {"steps", "out_dir", "resume", "fork_to", "save_every", "keep_checkpoints", "progress",
+                      "eval_every", "device", "debug", "gradient_checkpointing", "compile", "decoder", "overwrite"}
 
 RandomSource = random.Random | torch.Generator
 
@@ -79,28 +91,54 @@ class Checkpointer:
         self.rngs = rngs
         self.scaler = scaler
         self.modules = modules
+        self.run_id: str | None = None  # the manifest's, once `resume` has started or resumed the run
 
     def resume(self) -> tuple[int, list[dict], dict[str, Any]]:
         """(first step to run, metric rows so far, loop state): from `config.resume`, or a fresh start.
 
         With an out_dir, the run first takes hold of it (`hold_run_folder`) and checks that it is its own: a resumed
-        run's out_dir must be the folder of its checkpoint; a fresh run's must not hold another run's results
-        (unless `config.overwrite`, which deletes them)."""
+        run's out_dir must be the folder of its checkpoint, whose manifest names the checkpoint's run (or, with
+        `config.fork_to`, a fresh folder for a new run forked from it); a fresh run's must not hold another run's
+        results (unless `config.overwrite`, which deletes the files its manifest lists)."""
         out_dir = self.config.out_dir
         if out_dir is not None:
             hold_run_folder(out_dir)
         try:
             if self.config.resume is not None:
-                checkpoint = find_checkpoint(self.config.resume)
-                _check_own_folder(self.config.resume, out_dir)
-                return self.restore(checkpoint)
+                return self._resume(find_checkpoint(self.config.resume))
             if out_dir is not None:
-                _check_fresh_folder(Path(out_dir), getattr(self.config, "overwrite", False))
+                _check_fresh_folder(Path(out_dir), self.config.overwrite, self.config.model)
+                self._start_manifest()
             return 0, [], {}
         except BaseException:
             if out_dir is not None:
                 release_run_folder(out_dir)
             raise
+
+    def _resume(self, checkpoint: Path) -> tuple[int, list[dict], dict[str, Any]]:
+        state = read_state(checkpoint, list(self.modules))
+        own, method = run_folder(checkpoint), type(self.config).__name__
+        if state["step"] > self.config.steps:
+            raise UserError(f"checkpoint {checkpoint} is at step {state['step']}, but steps={self.config.steps}: a "
+                            f"resumed run cannot do fewer steps than it has done; pass --steps {state['step']} or "
+                            f"more, or resume an earlier checkpoint")
+        if self.config.fork_to is not None:
+            _check_fresh_folder(Path(self.config.out_dir), self.config.overwrite, self.config.model)
+            restored = self.restore(checkpoint, state)
+            self._start_manifest({"run_id": state.get("run_id"), "checkpoint": str(checkpoint.resolve())})
+            return restored
+        _check_own_folder(self.config.resume, self.config.out_dir)
+        restored = self.restore(checkpoint, state)  # the checkpoint's own checks (method, config, weights) first
+        manifest = _manifest_of_own_run(checkpoint, own, state.get("run_id"))  # then the run's: before any write
+        check_same_run(manifest, self.config.to_dict(), method, own)
+        _move_newer_aside(checkpoint, state["step"], own, manifest)
+        self.run_id = manifest["run_id"]
+        return restored
+
+    def _start_manifest(self, forked_from: dict[str, Any] | None = None) -> None:
+        manifest = new_manifest(self.config.to_dict(), type(self.config).__name__, forked_from)
+        write_manifest(self.config.out_dir, manifest)
+        self.run_id = manifest["run_id"]
 
     def save_if_due(self, step: int, history: list[dict], **loop_state: Any) -> Path | None:
         """Save after `step` completed steps when `save_every` divides it (and out_dir is set)."""
@@ -125,34 +163,44 @@ class Checkpointer:
             "rng": capture_rng_states(self.rngs),
             "loop": loop_state,
         }, tmp / TRAINER_STATE_FILE)
-        state = {"step": step, "method": type(self.config).__name__, "config": self.config.to_dict(),
-                 "history": list(history)}
+        state = {"step": step, "method": type(self.config).__name__, "run_id": self.run_id,
+                 "config": self.config.to_dict(), "history": list(history)}
         (tmp / STATE_FILE).write_text(json.dumps(state))
         _fsync_files(tmp)
         _replace_folder(tmp, final)
+        record_files(self.config.out_dir, CHECKPOINTS_DIR)
         for old in list_checkpoints(self.config.out_dir)[: -self.config.keep_checkpoints]:
             shutil.rmtree(old)
         return final
 
-    def restore(self, path: Path) -> tuple[int, list[dict], dict[str, Any]]:
-        check_intact(path, list(self.modules))
-        state = json.loads((path / STATE_FILE).read_text())
+    def restore(self, path: Path, state: dict[str, Any] | None = None) -> tuple[int, list[dict], dict[str, Any]]:
+        """Load checkpoint `path` into the run (its `read_state` when already read): weights, optimizer, random
+        states; returns (step, history, loop state). A file that opens but holds the wrong things is refused as
+        damaged, naming the file and the field."""
+        state = state or read_state(path, list(self.modules))
         method = type(self.config).__name__
         if state["method"] != method:
             raise ValueError(f"checkpoint {path} was written by a {state['method']} run; this run is a {method}")
         saved_config = type(self.config).from_dict(state["config"])  # unknown or invalid fields are errors
         _warn_about_changed_settings(path, saved_config.to_dict(), self.config.to_dict())
-        trainer_state = torch.load(path / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
+        trainer_state = _read_trainer_state(path)
         for name, module in self.modules.items():
             load_weights(module, path / f"{name}.safetensors")
         bad = nonfinite_parameters(self.modules)
         if bad:
             raise NonFiniteError(f"checkpoint {path} holds inf or NaN weights ({', '.join(bad[:3])}): it cannot be "
                                  f"resumed. {_previous_intact(path)}")
-        self.optimizer.load_state_dict(trainer_state["optimizer"])
-        if self.scaler is not None and trainer_state.get("scaler"):
-            self.scaler.load_state_dict(trainer_state["scaler"])
-        restore_rng_states(trainer_state["rng"], self.rngs)
+        for field, load in (("optimizer", self.optimizer.load_state_dict),
+                            ("scaler", self.scaler.load_state_dict if self.scaler is not None else None),
+                            ("rng", lambda states: restore_rng_states(states, self.rngs))):
+            if load is None or trainer_state[field] is None:  # a run without fp16 saves no scaler
+                continue
+            try:
+                load(trainer_state[field])
+            except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as err:
+                raise CheckpointDamaged(
+                    f"checkpoint {path} is damaged: {path / TRAINER_STATE_FILE}, field {field!r} does not fit this run "
+                    f"({type(err).__name__}: {str(err)[:120]}). {_previous_intact(path)}") from None
         return state["step"], state["history"], trainer_state["loop"]
 
 
@@ -195,11 +243,12 @@ def checkpoint_problem(path: Path, modules: list[str] | None = None) -> str | No
     if modules is None:
         modules = [p.name.removesuffix(".safetensors") for p in path.glob("*.safetensors")]
     try:
-        state = json.loads((path / STATE_FILE).read_text())
-        if not isinstance(state, dict) or not {"step", "method", "config", "history"} <= state.keys():
-            return f"{path / STATE_FILE} lacks the fields step, method, config and history"
-    except (OSError, UnicodeDecodeError, ValueError) as err:
-        return f"{path / STATE_FILE} cannot be read ({type(err).__name__}: {err})"
+        state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        return f"{path / STATE_FILE} cannot be read ({type(err).__name__}: {str(err)[:120]})"
+    problem = _state_problem(state)
+    if problem:
+        return f"{path / STATE_FILE}: {problem}"
     for name in modules:
         file = path / f"{name}.safetensors"
         try:
@@ -215,11 +264,66 @@ def checkpoint_problem(path: Path, modules: list[str] | None = None) -> str | No
     return None
 
 
+# state.json: field -> (what it must be, the check)
+STATE_FIELDS = {
+    "step": ("an integer >= 0", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "method": ("a string", lambda v: isinstance(v, str)),
+    "config": ("a JSON object", lambda v: isinstance(v, dict)),
+    "history": ("a list of metric rows {\"step\": int, ...}",
+                lambda v: isinstance(v, list) and all(isinstance(r, dict) and type(r.get("step")) is int for r in v)),
+    "run_id": ("a string or null", lambda v: v is None or isinstance(v, str)),
+}
+# trainer_state.pt: field -> the types it may hold
+TRAINER_STATE_FIELDS = {"optimizer": (dict,), "scaler": (dict, type(None)), "rng": (dict,), "loop": (dict,)}
+
+
+def _state_problem(state: Any) -> str | None:
+    """What is wrong with the fields of a parsed state.json (None when each holds what it should)."""
+    if not isinstance(state, dict):
+        return f"expected a JSON object, got {type(state).__name__}"
+    for field, (expected, ok) in STATE_FIELDS.items():
+        if field not in state and field != "run_id":
+            return f"field {field!r} is missing"
+        if not ok(state.get(field)):
+            return f"field {field!r} must be {expected}, got {_short(state[field])}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+
+
+def read_state(path: Path, modules: list[str] | None = None) -> dict[str, Any]:
+    """The state.json of checkpoint `path`, after `check_intact`."""
+    check_intact(path, modules)
+    return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
+
+
+def _read_trainer_state(path: Path) -> dict[str, Any]:
+    """trainer_state.pt, loaded without unpickling, with each field of the type a checkpoint writes."""
+    file = path / TRAINER_STATE_FILE
+    try:
+        trainer_state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for a damaged archive
+        raise CheckpointDamaged(f"checkpoint {path} is damaged: {file} cannot be loaded ({type(err).__name__}: "
+                                f"{str(err)[:120]}). {_previous_intact(path)}") from None
+    if not isinstance(trainer_state, dict):
+        raise CheckpointDamaged(f"checkpoint {path} is damaged: {file} holds a {type(trainer_state).__name__}, "
+                                f"not the dict of fields {sorted(TRAINER_STATE_FIELDS)}. {_previous_intact(path)}")
+    for field, types in TRAINER_STATE_FIELDS.items():
+        if field not in trainer_state or not isinstance(trainer_state[field], types):
+            found = "missing" if field not in trainer_state else f"a {type(trainer_state[field]).__name__}"
+            raise CheckpointDamaged(f"checkpoint {path} is damaged: {file}, field {field!r} is {found}. "
+                                    f"{_previous_intact(path)}")
+    return trainer_state
+
+
 def check_intact(path: Path, modules: list[str] | None = None) -> None:
-    """Raise a ValueError naming the damaged file of checkpoint `path` and the previous intact checkpoint."""
+    """Raise a CheckpointDamaged naming the damaged file of checkpoint `path` and the previous intact checkpoint."""
     problem = checkpoint_problem(path, modules)
     if problem:
-        raise ValueError(f"checkpoint {path} is damaged: {problem}. {_previous_intact(path)}")
+        raise CheckpointDamaged(f"checkpoint {path} is damaged: {problem}. {_previous_intact(path)}")
 
 
 def _previous_intact(path: Path) -> str:
@@ -252,7 +356,7 @@ def hold_run_folder(out_dir: str | os.PathLike) -> None:
         except BlockingIOError:
             holder = _read_lock(fd)
             os.close(fd)
-            raise RuntimeError(
+            raise UserError(
                 f"{folder} is in use by another run ({holder}); wait for it to finish, or choose another out_dir"
             ) from None
         if path.exists() and os.stat(path).st_ino == os.fstat(fd).st_ino:
@@ -300,25 +404,90 @@ def _check_own_folder(resume: str | os.PathLike, out_dir: str | None) -> None:
         )
 
 
-def _check_fresh_folder(out_dir: Path, overwrite: bool) -> None:
-    """A fresh run must not mix with (or silently replace) the results of another run in out_dir."""
+def _manifest_of_own_run(checkpoint: Path, own: Path, run_id: str | None) -> dict[str, Any]:
+    """The manifest of the run folder `own` the checkpoint sits in, when it is the checkpoint's run; else a refusal
+    (a checkpoint copied out of its run would otherwise write into whatever folder holds it)."""
+    manifest = read_manifest(own) if checkpoint.parent.name == CHECKPOINTS_DIR else None
+    if manifest is not None and run_id is not None and manifest["run_id"] == run_id:
+        return manifest
+    if checkpoint.parent.name != CHECKPOINTS_DIR or manifest is None:
+        why = f"{own} is not a run folder (it has no {MANIFEST_FILE})"
+    elif run_id is None:
+        why = "the checkpoint carries no run id (it was written before run manifests)"
+    else:
+        why = f"{own / MANIFEST_FILE} is run {manifest['run_id']}, the checkpoint belongs to run {run_id}"
+    raise UserError(f"checkpoint {checkpoint} is not inside its own run's folder: {why}, and resuming would write "
+                    f"into {own.resolve()}. To continue it as a new run in a folder of its own, pass --fork-to DIR "
+                    f"(fork_to=DIR)")
+
+
+def _move_newer_aside(checkpoint: Path, step: int, own: Path, manifest: dict[str, Any]) -> None:
+    """A rewind (resuming an older checkpoint than the run's latest): the abandoned branch's newer checkpoints, its
+    final model and config, and a copy of its metrics move to checkpoints/abandoned-<time>-step-<N>/ (never
+    deleted), so that the next resume of the run continues this branch."""
+    newer = [p for p in list_checkpoints(own) if int(p.name.removeprefix("step-")) > step]
+    if not newer:
+        return
+    aside = own / CHECKPOINTS_DIR / f"abandoned-{time.strftime('%Y%m%d-%H%M%S')}-{newer[-1].name}"
+    aside.mkdir()
+    for path in newer:
+        os.replace(path, aside / path.name)
+    if (own / "metrics.jsonl").is_file():
+        shutil.copy2(own / "metrics.jsonl", aside / "metrics.jsonl")  # the resumed run rewrites its own
+    for name in ("model", "reward_model", "config.json"):
+        if name in manifest["files"] and (own / name).exists():
+            os.replace(own / name, aside / name)
+            manifest["files"].remove(name)
+    manifest["rewinds"].append({"from_step": int(newer[-1].name.removeprefix("step-")), "to_step": step,
+                                "moved_to": str(aside.relative_to(own))})
+    write_manifest(own, manifest)
+    warnings.warn(f"rewinding {own} to {checkpoint.name}: the newer checkpoints ({', '.join(p.name for p in newer)}) "
+                  f"were moved aside to {aside}", stacklevel=4)
+
+
+def _check_fresh_folder(out_dir: Path, overwrite: bool, model: str) -> None:
+    """A fresh run must not mix with (or silently replace) the results of another run in out_dir, nor write over
+    the model it trains from; `overwrite` deletes only the files the earlier run's manifest lists."""
+    _check_not_the_model(out_dir, model)
     existing = list_checkpoints(out_dir)
     if existing and not overwrite:
         raise FileExistsError(
             f"{out_dir} already holds checkpoints of a run (latest: {existing[-1].name}); pass "
             f"resume={str(out_dir)!r} to continue it, overwrite=True to replace it, or choose another out_dir"
         )
-    found = [name for name in RESULTS if (out_dir / name).exists()]
+    found = [name for name in (MANIFEST_FILE, *RESULTS) if (out_dir / name).exists()]
     if found and not overwrite:
         raise FileExistsError(
             f"{out_dir} already holds the results of another run ({', '.join(found)}); pass overwrite=True "
             f"(--overwrite) to replace them, or choose another out_dir"
         )
-    for name in found:
-        if (out_dir / name).is_dir():
+    manifest = read_manifest(out_dir)
+    listed = [name for name in manifest["files"] if name != LOCK_FILE] if manifest else []
+    foreign = [name for name in found if name not in listed]
+    if foreign:
+        model_folder = any((out_dir / name).is_file() for name in ("model.safetensors", "pytorch_model.bin"))
+        what = " (it is a model folder, not a run's out_dir)" if model_folder else ""
+        raise FileExistsError(
+            f"{out_dir} holds {', '.join(foreign)}, which no minirlhf run wrote there{what} (no {MANIFEST_FILE} "
+            f"lists them): overwrite deletes only a run's own files; move them away, or choose another out_dir"
+        )
+    for name in listed:
+        if (out_dir / name).is_dir() and not (out_dir / name).is_symlink():
             shutil.rmtree(out_dir / name)
-        else:
+        elif (out_dir / name).exists() or (out_dir / name).is_symlink():
             (out_dir / name).unlink()
+
+
+def _check_not_the_model(out_dir: Path, model: str) -> None:
+    """The out_dir of a run must not be (or hold) the model folder it trains from: the run would write over it."""
+    source = Path(model).expanduser()
+    if not source.is_dir():
+        return
+    source, target = source.resolve(), out_dir.resolve()
+    if source == target or target in source.parents:
+        where = "is" if source == target else "holds"
+        raise UserError(f"out_dir {str(out_dir)!r} {where} the model folder this run trains from (model={model!r}): "
+                        f"the run would write over it; choose another out_dir")
 
 
 def run_folder(resume: str | os.PathLike) -> Path:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from minirlhf.errors import UserError
 from minirlhf.models import check_tokenizer, eval_mode, load_model
 from minirlhf.precision import PRECISIONS
 from minirlhf.tasks.registry import task_identity
@@ -32,6 +33,7 @@ from minirlhf.trainers.checkpoint import (
     saved_config,
 )
 from minirlhf.trainers.guard import check_gradients, check_weights, finite_row
+from minirlhf.trainers.manifest import record_files
 
 
 def spelled(default: Any, metavar: str) -> Any:
@@ -64,12 +66,24 @@ class TrainConfig:
     save_every: int = 0  # write a checkpoint to <out_dir>/checkpoints/ every N steps; 0 = never
     keep_checkpoints: int = 2  # the newest N checkpoints are kept, older ones deleted
     resume: str | None = None  # continue from a checkpoint folder, or from a run's out_dir (its latest checkpoint)
-    overwrite: bool = False  # a fresh run may delete the results of an earlier run in out_dir (else: an error)
+    overwrite: bool = False  # a fresh run may delete the files an earlier run's run.json lists (else: an error)
+    fork_to: str | None = None  # with resume: continue the checkpoint as a new run in this fresh folder (a fork)
 
     # the fields that say what the run learns from (online methods, SFT): `require_same_task` holds a resume to them
     task_fields: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
+        for name in ("model", "out_dir", "resume", "fork_to"):  # a path of "" would mean the current folder
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.strip():
+                raise UserError(f"{type(self).__name__}.{name} must be a path, got {value!r}")
+        if self.fork_to is not None:
+            if self.resume is None:
+                raise UserError(f"{type(self).__name__}.fork_to={self.fork_to!r} forks a checkpoint: it needs resume")
+            if self.out_dir is not None and Path(self.out_dir).resolve() != Path(self.fork_to).resolve():
+                raise UserError(f"{type(self).__name__}.fork_to={self.fork_to!r} is where the fork writes; leave "
+                                f"out_dir unset (it is {self.out_dir!r})")
+            self.out_dir = self.fork_to
         if self.resume is not None and self.out_dir is None:
             self.out_dir = str(run_folder(self.resume))  # a resumed run keeps writing where it wrote before
         self.validate()
@@ -302,6 +316,7 @@ def save_run(model, tokenizer, config: TrainConfig, history: History) -> Path | 
     check_weights({"model": model}, "the final model")
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    record_files(out, "model", "config.json")
     model.save_pretrained(out / "model", safe_serialization=True)
     tokenizer.save_pretrained(out / "model")
     (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
@@ -313,6 +328,7 @@ def make_history(
     config: TrainConfig, callbacks: Sequence[Callable[[History], None]] = (), rows: Sequence[dict] = ()
 ) -> History:
     path = Path(config.out_dir) / "metrics.jsonl" if config.out_dir else None
+    record_files(config.out_dir, "metrics.jsonl")
     return History(path, callbacks, rows)
 
 
@@ -354,8 +370,20 @@ class Run:
         self._counts: dict[str, int] = {}  # metric -> how many updates logged it
 
     def steps(self, desc: str, total: int | None = None):
-        """The steps still to run (all of them, unless resumed), with a progress bar when config.progress."""
-        return progress(range(self.start, total or self.config.steps), self.config.progress, desc)
+        """The steps still to run (all of them, unless resumed), with a progress bar when config.progress.
+
+        A loop left by an exception (a reward that raised, Ctrl-C in a notebook) closes this generator, and the run
+        lets go of its out_dir then: a run that died inside a live process does not lock its folder."""
+        try:
+            yield from progress(range(self.start, total or self.config.steps), self.config.progress, desc)
+        except GeneratorExit:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """End the run's hold on its out_dir (`checkpoint.hold_run_folder`); metrics and checkpoints stay."""
+        if self.config.out_dir is not None:
+            release_run_folder(self.config.out_dir)
 
     def evaluate(self, step: int | None = None) -> dict[str, float]:
         """The held-out metrics when evaluation is due at `step` (every eval_every steps; always when step is None)."""
@@ -392,6 +420,10 @@ class Run:
     def finish(self, model: nn.Module | None = None, tokenizer=None, steps: int | None = None) -> Path | None:
         """Log the held-out metrics of the final model (when there is an evaluation) after the last step (`steps`,
         default config.steps), and save `model` and `tokenizer` with `save_run` (when given)."""
-        if self._evaluate is not None:
-            self.history.log(steps or self.config.steps, **self.evaluate())
-        return save_run(model, tokenizer, self.config, self.history) if model is not None else None
+        try:
+            if self._evaluate is not None:
+                self.history.log(steps or self.config.steps, **self.evaluate())
+            return save_run(model, tokenizer, self.config, self.history) if model is not None else None
+        except BaseException:
+            self.release()
+            raise

@@ -5,9 +5,12 @@ For each prompt x, sample a group {y_1..y_G} ~ p_θold(·|x), score R_i = R(x, y
     Â_i = (R_i - mean(R_1..R_G)) / std(R_1..R_G)                      (the group is the baseline)
     J(θ) = E[ min(r_t Â_i, clip(r_t, 1-ε, 1+ε) Â_i) - β · k3_t ],     r_t = p_θ(y_t|..) / p_θold(y_t|..)
 
-then take `epochs` passes of minibatch gradient steps on L = -J. With the default β = 0 (no KL leash, as in
-DAPO / Dr. GRPO) only p_θ is in memory: the reference copy is not even made; with β > 0 (the GRPO paper's
-0.04) there are two, p_θ and p_ref (plus the reward model when the reward is a learned one).
+then take `epochs` passes of minibatch gradient steps on L = -J. What came after DeepSeek-R1 is a field away:
+clip(r_t, 1-ε, 1+ε_high) (`eps_high`, DAPO), the sequence ratio s_i (`importance_sampling_level`, GSPO), dynamic
+sampling and overlong filtering (DAPO), Dr. GRPO's scale="none" + aggregation="constant"; `RECIPES` sets each
+paper's fields together. With the default β = 0 (no KL leash, as in DAPO / Dr. GRPO) the loss needs only p_θ;
+a frozen p_ref is still kept to measure eval/kl_ref at evaluation (`eval_kl`, false = only p_θ in memory). With
+β > 0 (the GRPO paper's 0.04) p_ref is in the loss (plus the reward model when the reward is a learned one).
 """
 
 from __future__ import annotations

@@ -19,10 +19,11 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from minirlhf import diagnostics
+from minirlhf.data import check_prompt_room
 from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import informative_groups, kl_k1, masked_sum
-from minirlhf.models import ValueHead, disable_dropout, eval_mode, frozen_copy
+from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, WeightedReward, call_reward, with_reward
 from minirlhf.tasks.registry import resolve_task
@@ -50,7 +51,7 @@ class OnlineConfig(TrainConfig):
     temperature: float = 1.0  # sampling temperature (the log-probs in the loss use the same one)
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
-    beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, and p_ref is not even loaded
+    beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, p_ref only for eval/kl_ref (eval_kl)
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
@@ -155,7 +156,7 @@ def start_online(
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
-    model, tokenizer, ref = setup_policy(config, model, tokenizer)  # ref: None when β = 0
+    model, tokenizer, ref = setup_policy(config, model, tokenizer, task)  # ref: None when β = 0
     # p_ref for eval/kl_ref: the loss's own, else a frozen copy of the start made for evaluation alone
     eval_ref = ref if ref is not None or not (config.eval_kl and config.eval_every) else frozen_copy(model)
     if config.overlong_cache:
@@ -221,11 +222,16 @@ def kl_to_reference(
 
 
 def setup_policy(
-    config: OnlineConfig, model: nn.Module | None, tokenizer: PreTrainedTokenizerBase | None
+    config: OnlineConfig, model: nn.Module | None, tokenizer: PreTrainedTokenizerBase | None, task: Task | None = None
 ) -> tuple[nn.Module, PreTrainedTokenizerBase, nn.Module | None]:
     """p_θ (given, or loaded from config.model) with dropout off, its tokenizer, and the frozen p_ref (None when
-    β = 0: the reference copy is not even made). Without dropout p_θ = p_θold at the first update: r_t(θ) = 1."""
+    β = 0: the reference copy is not even made). Without dropout p_θ = p_θold at the first update: r_t(θ) = 1.
+    The `task`'s prompts (when it lists them) are checked to fit the model's context here, before the first step."""
     model, tokenizer = load_policy(config, model, tokenizer)
+    if task is not None and task.prompts:
+        budget = task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+        check_prompt_room(tokenizer, [prompt for _, prompt in task.prompts], budget, context_size(model),
+                          [where for where, _ in task.prompts])
     disable_dropout(model)
     ref = frozen_copy(model) if config.beta > 0 else None
     return model, tokenizer, ref

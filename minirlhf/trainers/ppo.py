@@ -77,7 +77,7 @@ class PPOConfig(OnlineConfig):
     gamma: float = 1.0  # γ: discount across the tokens of one response
     lam: float = 0.95  # λ: GAE's bias-variance knob (0 = one-step TD error, 1 = Monte Carlo return)
     vf_coef: float = 0.1  # c_V: weight of the value loss in L = L_clip + c_V · L_V
-    cliprange_value: float | None = 0.2  # c: V may move at most this far from V_old per batch; None = off
+    cliprange_value: float | None = 0.2  # c: V gains nothing from moving further than this from V_old; None = off
     whiten_advantages: bool = True  # standardise Â over the batch's real tokens (mean 0, std 1)
 
     def validate(self) -> None:

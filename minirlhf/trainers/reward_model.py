@@ -46,6 +46,7 @@ from minirlhf.trainers.common import (
     require_positive,
     set_seed,
 )
+from minirlhf.trainers.manifest import record_files
 from minirlhf.trainers.preference import next_rows
 
 HEAD_FILE = "reward_head.safetensors"
@@ -231,6 +232,7 @@ def train_reward_model(
     reward_model.eval()
     run.finish()  # the held-out metrics of the final model; it is saved below, as a RewardModel
     if config.out_dir is not None:
+        record_files(config.out_dir, "reward_model", "config.json")
         reward_model.save(Path(config.out_dir) / "reward_model")
         (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
         release_run_folder(config.out_dir)

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from minirlhf.data import SFTData, encode_prompt_completion
+from minirlhf.data import SFTData, check_example_lengths, encode_prompt_completion
 from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import masked_mean
+from minirlhf.models import context_size
 from minirlhf.tasks.registry import resolve_sft_data
 from minirlhf.trainers.common import (
     Run,
@@ -69,6 +70,7 @@ def train_sft(
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     set_seed(config.seed)  # the global torch generator drives dropout (left on in SFT)
     model, tokenizer = load_policy(config, model, tokenizer)
+    check_example_lengths(tokenizer, data.examples, context_size(model), data.sources)  # all of them, before step 0
     device = next(model.parameters()).device
     optimizer = make_optimizer(model.parameters(), config.lr)
     train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes

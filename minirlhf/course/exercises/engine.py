@@ -15,7 +15,6 @@ whose outputs agree with the student's on every case (else on the failing one); 
 from __future__ import annotations
 
 import functools
-import os
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 import torch
 
 from minirlhf.course import solutions
+from minirlhf.errors import env_flag
 
 DTYPE = torch.float64  # every case is built in float64, so a correct answer agrees to ~1e-12
 RTOL, ATOL = 1e-6, 1e-9
@@ -367,7 +367,7 @@ def check(exercise: Exercise, fn: Callable[..., Any], strict: bool | None = None
     The first failing case is printed with its inputs, the expected and actual values (or gradients) and a hint
     naming the mistake. `strict` (default: MINIRLHF_EXERCISES_STRICT=1) raises ExerciseFailed instead of False.
     """
-    strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
+    strict = env_flag(STRICT_ENV) if strict is None else strict
     cases, expected = cases_of(exercise), expected_outcomes(exercise)
     try:
         student = [run(fn, case, exercise) for case in cases]

@@ -1,0 +1,130 @@
+"""A run folder knows what it is: <out_dir>/run.json, written when the run starts.
+
+    {"run_id": "3f2a9c...", "method": "GRPOConfig", "model": "tiny-sft",
+     "data": {"pairs": "my_pairs.jsonl"},                 the config's data fields (what the run learns from)
+     "fingerprints": {"pairs": "sha256:..."},             of each data field that names a file
+     "files": ["run.json", "metrics.jsonl", ...],         what this run wrote into out_dir (top-level names)
+     "forked_from": null | {"run_id": ..., "checkpoint": ...},
+     "rewinds": [{"from_step": 6, "to_step": 2, "moved_to": "checkpoints/abandoned-..."}]}
+
+Every checkpoint's state.json carries the same run_id. A resume checks the checkpoint against the manifest of the
+folder it sits in (same run id, same method, same data, the data files unchanged), so a checkpoint copied out of
+its run, or a run given other data, is refused before anything is written. `--overwrite` deletes only the files a
+manifest lists.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from minirlhf.errors import CheckpointDamaged, UserError
+
+MANIFEST_FILE = "run.json"  # inside out_dir
+# config fields that name what a run learns from (house v3 adds task / prompts / reward / reward_weights)
+DATA_FIELDS = ("pairs", "task", "prompts", "reward", "reward_weights")
+
+
+def data_identity(config_dict: dict[str, Any]) -> dict[str, Any]:
+    """The config's data fields (those it has) and their values."""
+    return {name: config_dict[name] for name in DATA_FIELDS if name in config_dict}
+
+
+def fingerprints(data: dict[str, Any]) -> dict[str, str]:
+    """sha256 of every file a data field names (`x.jsonl`, or the file of `path/to/file.py:function`)."""
+    found = {}
+    for name, value in data.items():
+        for i, item in enumerate(value if isinstance(value, list) else [value]):
+            path = _file_of(item)
+            if path is not None:
+                key = name if not isinstance(value, list) else f"{name}[{i}]"
+                found[key] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
+
+
+def _file_of(value: Any) -> Path | None:
+    if not isinstance(value, str) or not value:
+        return None
+    where, sep, _ = value.rpartition(":")
+    candidate = Path(where if sep and where.endswith(".py") else value).expanduser()
+    return candidate if candidate.is_file() else None
+
+
+def new_manifest(config_dict: dict[str, Any], method: str, forked_from: dict[str, Any] | None = None) -> dict:
+    data = data_identity(config_dict)
+    return {"run_id": uuid.uuid4().hex[:16], "method": method, "model": config_dict.get("model"), "data": data,
+            "fingerprints": fingerprints(data), "files": [MANIFEST_FILE], "forked_from": forked_from,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime()), "rewinds": []}
+
+
+MANIFEST_TYPES = {"run_id": str, "method": str, "data": dict, "fingerprints": dict, "files": list, "rewinds": list}
+
+
+def read_manifest(out_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The manifest of the run folder `out_dir`, or None when it has none; a damaged one is a CheckpointDamaged
+    naming the file and the field."""
+    path = Path(out_dir) / MANIFEST_FILE
+    if not path.is_file():
+        return None
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise CheckpointDamaged(f"run manifest {path} is damaged: it cannot be read "
+                                f"({type(err).__name__}: {err})") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointDamaged(f"run manifest {path} is damaged: expected a JSON object, got "
+                                f"{type(manifest).__name__}")
+    for field, expected in MANIFEST_TYPES.items():
+        if not isinstance(manifest.get(field), expected):
+            raise CheckpointDamaged(f"run manifest {path} is damaged: field {field!r} must be a "
+                                    f"{expected.__name__}, got {manifest.get(field)!r:.60}")
+    if not all(isinstance(name, str) and name and "/" not in name and name not in (".", "..")
+               for name in manifest["files"]):
+        raise CheckpointDamaged(f"run manifest {path} is damaged: field 'files' must list names inside the run "
+                                f"folder, got {manifest['files']!r:.80}")
+    return manifest
+
+
+def write_manifest(out_dir: str | os.PathLike, manifest: dict[str, Any]) -> None:
+    path = Path(out_dir) / MANIFEST_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1))
+    os.replace(tmp, path)  # never a half-written manifest
+
+
+def record_files(out_dir: str | os.PathLike | None, *names: str) -> None:
+    """Add `names` (entries of out_dir) to the files its run wrote (nothing happens for a folder without a run)."""
+    manifest = read_manifest(out_dir) if out_dir is not None else None
+    if manifest is not None and not set(names) <= set(manifest["files"]):
+        manifest["files"] += [name for name in names if name not in manifest["files"]]
+        write_manifest(out_dir, manifest)
+
+
+def check_same_run(manifest: dict[str, Any], config_dict: dict[str, Any], method: str, where: Path) -> None:
+    """A resumed run must be the run of the manifest: same method, same data, the data files unchanged."""
+    if manifest["method"] != method:
+        raise UserError(f"{where / MANIFEST_FILE}: the run is a {manifest['method']} run; this run is a {method}")
+    data = data_identity(config_dict)
+    if data != manifest["data"]:
+        before = manifest["data"]
+        changed = "; ".join(f"{k}: {before.get(k)!r} -> {data.get(k)!r}"
+                            for k in sorted(set(data) | set(before)) if data.get(k) != before.get(k))
+        raise UserError(f"{where / MANIFEST_FILE}: the run learns from other data ({changed}); resume with the run's "
+                        f"own data, or start a new run")
+    now = fingerprints(data)
+    for key, saved in manifest["fingerprints"].items():
+        if now.get(key) != saved:
+            state = ("is missing" if key not in now
+                     else f"changed since the run started ({saved[:19]}... -> {now[key][:19]}...)")
+            raise UserError(f"{where / MANIFEST_FILE}: data file {key}={_lookup(data, key)!r} {state}; resume with "
+                            f"the run's own data, or start a new run")
+
+
+def _lookup(data: dict[str, Any], key: str) -> Any:
+    name, _, index = key.partition("[")
+    return data[name][int(index[:-1])] if index else data.get(name)
