@@ -141,7 +141,7 @@ def run_job(job: dict) -> dict:
         steps = max(1, job["completions"] // batch_size)
         config = config_cls(
             model=REFERENCE, beta=job["beta"], steps=steps, eval_every=max(1, math.ceil(steps / job["evals"])),
-            seed=job["seed"], progress=progress,
+            seed=job["seed"], progress=progress, eval_kl=False,  # the task's evaluation measures eval/kl itself
         )
         task = sentiment_task(reward_model, ref_model=ref, tokenizer=ref_tokenizer, seed=job["seed"], **job["eval"])
         task = dataclasses.replace(task, evaluate=timed(task.evaluate, clock))

@@ -98,6 +98,7 @@ def run_job(job: dict) -> dict:
         **method_settings,
         steps=steps,
         eval_every=max(1, round(job["eval_every"] / batch_size)),
+        eval_kl=False,  # as measured: the held-out accuracy alone, and only the models each method's loss needs
         seed=job["seed"],
         progress=sys.stderr.isatty(),
     )

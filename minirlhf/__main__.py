@@ -9,6 +9,7 @@
     python -m minirlhf grpo --prompts my_prompts.jsonl --reward my_rewards.py:exact   # your prompts and reward
     python -m minirlhf reward-model --out-dir runs/rm
     python -m minirlhf dpo --beta 0.5 --loss-type ipo --pairs my_pairs.jsonl
+    python -m minirlhf grpo --recipe dapo --epochs 2  # a paper's recipe (grpo, dapo, dr-grpo, gspo); flags win
     python -m minirlhf grpo --preset t4 --steps 100   # real GPT-2 sizes for a Colab T4 (minirlhf.presets)
     accelerate launch --num_processes 2 -m minirlhf dpo --preset t4   # data parallel over 2 GPUs
     python -m minirlhf <command> --help       # every flag: its meaning, allowed values and default
@@ -93,6 +94,22 @@ def _demo(argv: list[str]) -> None:
     run_demo(args.out, quick=args.quick)
 
 
+def _recipes(command: str) -> dict[str, dict] | None:
+    """The `--recipe` choices of a command (trainers.grpo.RECIPES for grpo), else None."""
+    if command != "grpo":
+        return None
+    from minirlhf.trainers.grpo import RECIPES
+
+    return RECIPES
+
+
+def _spelled(fields: dict) -> str:
+    """{"eps_high": 0.28, "dynamic_sampling": True} -> "--eps-high 0.28 --dynamic-sampling true"."""
+    shown = {name: str(value).lower() if value is None or isinstance(value, bool) else value
+             for name, value in fields.items()}
+    return " ".join(f"--{name.replace('_', '-')} {value}" for name, value in shown.items())
+
+
 TOOLS = {"demo": _demo, "sample": _sample}
 
 
@@ -130,11 +147,19 @@ def _main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}", allow_abbrev=False)
     add_config_arguments(parser, config_cls)
     parser.add_argument("--preset", choices=sorted(PRESETS), help="GPU-sized settings (minirlhf.presets); flags win")
+    recipes = _recipes(command)
+    if recipes:
+        parser.add_argument("--recipe", choices=sorted(recipes), help="a paper's settings, set together (over a "
+                            "--preset's; flags win): " + "; ".join(f"{name}: {_spelled(fields)}"
+                                                                   for name, fields in recipes.items()))
     if command == "rloo":
         parser.set_defaults(baseline="rloo")
     args = parser.parse_args(rest)
-    if args.preset:  # the preset's values become the defaults, and the flags given are parsed again over them
-        parser.set_defaults(**preset(args.preset, command))
+    # a preset's values, then a recipe's, become the defaults, and the flags given are parsed again over them
+    defaults = (preset(args.preset, command) if args.preset else {}) | (recipes[args.recipe] if recipes and
+                                                                           args.recipe else {})
+    if defaults:
+        parser.set_defaults(**defaults)
         args = parser.parse_args(rest)
     from minirlhf.trainers.common import require_same_task
 

@@ -1,6 +1,7 @@
 """The main job (`make demo` = `python -m minirlhf demo`): both halves of the lecture, end to end, in minutes.
 
-1. Verifiable reward: GRPO on arithmetic from the shipped SFT checkpoint; held-out exact-match before/after.
+1. Verifiable reward: GRPO on arithmetic from the shipped SFT checkpoint; held-out exact-match before/after, and
+   KL(p_θ || p_ref) at evaluation (eval/kl_ref: measured even at β = 0, where p_ref is the frozen start).
 2. Preferences: DPO on the shipped sentiment pairs from the base policy; held-out ground-truth sentiment
    (VADER) and KL(p_θ || p_ref) before/after; chosen/rejected log-probs over training.
 
@@ -33,7 +34,7 @@ def run_demo(out_dir: str | Path = "outputs/demo", quick: bool = False, progress
     rows.append({
         "method": "GRPO", "task": "arithmetic (held-out exact match)",
         "before": grpo_history[0]["eval/accuracy"], "after": grpo_history[-1]["eval/accuracy"],
-        "kl_after": grpo_history.last("kl_ref"), "seconds": time.time() - t0,
+        "kl_after": grpo_history.last("eval/kl_ref"), "seconds": time.time() - t0,
     })
 
     t0 = time.time()

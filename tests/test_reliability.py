@@ -179,7 +179,8 @@ def test_huge_rewards_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path, h
     assert [r["step"] for r in _rows(tmp_path / "metrics.jsonl")] == [0, 1]
     assert not (tmp_path / "model").exists()
     _, _, history = train_grpo(_length_task(), dataclasses.replace(config, resume=str(tmp_path)))  # resumes
-    assert [r["step"] for r in history] == [0, 1, 2, 3, 4]  # no final evaluation row: this task has no evaluate
+    # the steps, then the final evaluation: this task has no evaluate of its own, eval/kl_ref is measured anyway
+    assert [r["step"] for r in history] == [0, 1, 2, 3, 4, 5] and set(history[-1]) == {"step", "eval/kl_ref"}
 
 
 def test_non_finite_metrics_are_written_as_null_and_flagged(tmp_path):

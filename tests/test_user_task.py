@@ -51,12 +51,13 @@ def test_own_prompts_and_weighted_rewards_train_from_the_cli_end_to_end(user_fil
     command = [sys.executable, "-m", "minirlhf", "grpo", "--prompts", "prompts.jsonl",
                "--reward", "my_rewards.py:exact", "--reward", "my_rewards.py:short", "--reward-weights", "1", "0.5",
                "--model", "tiny-sft", "--steps", "2", "--prompts-per-step", "2", "--group-size", "2",
-               "--max-new-tokens", "5", "--device", "cpu", "--progress", "false"]
+               "--max-new-tokens", "5", "--device", "cpu", "--progress", "false",
+               "--eval-kl", "false"]  # no evaluation at all: the last row printed is the last step's
     env = os.environ | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, cwd=user_files, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     last = json.loads(done.stdout[done.stdout.index("{"):])
-    assert last["step"] == 1 and {"reward", "loss", "zero_std_groups"} <= set(last)
+    assert last["step"] == 1 and {"reward", "loss", "zero_std_groups", "reward/exact", "reward/short"} <= set(last)
     calls = [json.loads(line) for line in (user_files / "seen.jsonl").read_text().splitlines()]
     assert len(calls) == 2  # one batch per step
     answer_of = {row["prompt"]: row["answer"] for row in PROMPTS}
@@ -145,5 +146,5 @@ def test_help_shows_each_flags_meaning_and_allowed_values(capsys):
     with pytest.raises(SystemExit):
         main(["reinforce", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert '--baseline none|ema|rloo b in Â = R - b: "none" (b = 0)' in text
+    assert '--baseline none|ema|rloo|reinforce++|reinforce++-baseline b in Â = R - b: "none" (b = 0)' in text
     assert "--ema-decay FLOAT for baseline=\"ema\"" in text

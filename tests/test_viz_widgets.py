@@ -286,7 +286,7 @@ def test_live_history_plot_prints_without_notebook(capsys):
     assert printed == ["step 0: loss=1 eval/acc=0", "step 10: loss=0.09091 eval/acc=0.1"]
 
 
-def test_plot_demo_draws_the_demo_figures_from_its_metrics(tmp_path):
+def test_plot_demo_draws_the_demo_figures_from_its_metrics(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="no grpo/metrics.jsonl in .*: run `python -m minirlhf demo"):
         viz.plot_demo(tmp_path)
     runs = {"grpo": [{"step": 0, "eval/accuracy": 0.5}, {"step": 1, "reward": 0.4, "kl_ref": 0.01}],
@@ -299,6 +299,16 @@ def test_plot_demo_draws_the_demo_figures_from_its_metrics(tmp_path):
     paths = viz.plot_demo(tmp_path)
     assert [p.name for p in paths] == ["grpo_training.png", "dpo_logps.png", "dpo_training.png"]
     assert all(p.stat().st_size > 0 for p in paths)
+    drawn = []
+    monkeypatch.setattr(viz, "plot_history", lambda rows, keys, **_: drawn.append(keys) or Figure())
+    viz.plot_demo(tmp_path)
+    assert drawn[-2] == ["reward", "eval/accuracy", "kl_ref"]  # the training batches' KL (β > 0); then dpo's
+    (tmp_path / "grpo" / "metrics.jsonl").write_text(json.dumps({"step": 0, "eval/kl_ref": 0.0}) + "\n")
+    viz.plot_demo(tmp_path)
+    assert drawn[-2] == ["reward", "eval/accuracy", "eval/kl_ref"]  # KL at evaluation, whatever β
+    (tmp_path / "grpo" / "metrics.jsonl").write_text(json.dumps({"step": 0, "reward": 0.1}) + "\n")
+    viz.plot_demo(tmp_path)
+    assert drawn[-2] == ["reward", "eval/accuracy"]  # no KL measured: no empty KL panel
 
 
 def test_read_metrics_names_the_file_and_line(tmp_path):

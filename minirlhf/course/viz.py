@@ -367,8 +367,10 @@ def plot_demo(out_dir: str | Path = "outputs/demo") -> list[Path]:
         if not (out / run / "metrics.jsonl").is_file():
             raise FileNotFoundError(f"no {run}/metrics.jsonl in {out}: run `python -m minirlhf demo --out {out}` first")
     grpo, dpo = (read_metrics(out / run / "metrics.jsonl") for run in ("grpo", "dpo"))
+    # KL(p_θ ‖ p_ref) at evaluation (eval/kl_ref, any β), else the training batches' (kl_ref, β > 0); no empty panel
+    kl = [key for key in ("eval/kl_ref", "kl_ref") if any(key in row for row in grpo)][:1]
     figures = {
-        "grpo_training.png": plot_history(grpo, ["reward", "eval/accuracy", "kl_ref"]),
+        "grpo_training.png": plot_history(grpo, ["reward", "eval/accuracy", *kl]),
         "dpo_logps.png": plot_logps(dpo),
         "dpo_training.png": plot_history(dpo, ["loss", "rewards/accuracy", "eval/sentiment"]),
     }

@@ -9,6 +9,7 @@ The contract lives here: a `Task` (prompts, a `RewardFn`, a budget, an evaluatio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
 import random
@@ -41,9 +42,46 @@ class Task:
     prompts: Sequence[tuple[str, str]] = ()
 
 
+class WeightedReward:
+    """Several reward functions as one: R(x, y) = Σ_k w_k · R_k(x, y). Each R_k is checked on its own (a bad value
+    names the function that returned it), and `parts` keeps each R_k, which the online trainers log as
+    `reward/<name>` beside the sum. `terms`: (name, weight, function) each; names are unique."""
+
+    def __init__(self, terms: Sequence[tuple[str, float, RewardFn]]):
+        if not terms:
+            raise ValueError("a task needs at least one reward function")
+        names = [name for name, _, _ in terms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"reward function names must be unique, got {names}")
+        self.terms = tuple((name, float(weight), fn) for name, weight, fn in terms)
+        self.__name__ = " + ".join(f"{w:g}*{name}" for name, w, _ in self.terms)
+
+    def parts(self, prompts: list[str], completions: list[str], **columns: Any) -> dict[str, torch.Tensor]:
+        """R_k(x, y) of every term, (B,) each, checked (`call_reward`), by name."""
+        return {name: call_reward(fn, prompts, completions, **columns) for name, _, fn in self.terms}
+
+    def total(self, parts: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Σ_k w_k · R_k from the `parts`."""
+        return sum(w * parts[name] for name, w, _ in self.terms)
+
+    def __call__(self, prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
+        return self.total(self.parts(prompts, completions, **columns)).tolist()
+
+
+def reward_name(reward_fn: RewardFn) -> str:
+    return getattr(reward_fn, "__name__", type(reward_fn).__name__)
+
+
+def with_reward(task: Task, name: str, weight: float, reward_fn: RewardFn) -> Task:
+    """`task` with one more reward term: R'(x, y) = R(x, y) + weight · reward_fn(x, y), its own terms kept."""
+    own = task.reward_fn
+    terms = own.terms if isinstance(own, WeightedReward) else ((reward_name(own), 1.0, own),)
+    return dataclasses.replace(task, reward_fn=WeightedReward([*terms, (name, weight, reward_fn)]))
+
+
 def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str], **columns: Any) -> torch.Tensor:
     """R(x, y) for a batch, checked: one finite float per completion, or a ValueError naming the function."""
-    name = getattr(reward_fn, "__name__", type(reward_fn).__name__)
+    name = reward_name(reward_fn)
     try:  # copies: a reward that changes its arguments changes nothing of the run's
         rewards = reward_fn(list(prompts), list(completions), **{k: list(v) for k, v in columns.items()})
     except SystemExit as exit_:

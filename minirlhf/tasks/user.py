@@ -24,11 +24,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from minirlhf.data import check_text
 from minirlhf.errors import UserError
-from minirlhf.tasks import RewardFn, Task, call_reward
+from minirlhf.tasks import RewardFn, Task, WeightedReward, reward_name
 
 MAX_NEW_TOKENS = 32  # response budget of a task of your own unless --max-new-tokens says otherwise (fits `tiny`)
 
@@ -67,8 +65,8 @@ def load_object(spec: str, what: str = "function") -> Callable[..., Any]:
 
 
 def weighted_reward(reward_fns: Sequence[RewardFn], weights: Sequence[float] | None = None) -> RewardFn:
-    """One reward function from several: R(x, y) = Σ_k w_k · R_k(x, y) (every w_k = 1 when `weights` is None).
-    Each R_k is checked on its own, so a bad value names the function that returned it."""
+    """One reward function from several: R(x, y) = Σ_k w_k · R_k(x, y) (every w_k = 1 when `weights` is None), a
+    `WeightedReward` whose terms are named after the functions (a repeated name gets its position: exact#2)."""
     weights = [1.0] * len(reward_fns) if weights is None else [float(w) for w in weights]
     if not reward_fns:
         raise ValueError("a task needs at least one reward function")
@@ -76,15 +74,9 @@ def weighted_reward(reward_fns: Sequence[RewardFn], weights: Sequence[float] | N
         raise ValueError(f"{len(weights)} reward weights were given for {len(reward_fns)} reward functions")
     if len(reward_fns) == 1 and weights == [1.0]:
         return reward_fns[0]
-
-    def reward(prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
-        total = torch.zeros(len(completions))
-        for w, fn in zip(weights, reward_fns):
-            total += w * call_reward(fn, prompts, completions, **columns)
-        return total.tolist()
-
-    reward.__name__ = " + ".join(f"{w:g}*{getattr(fn, '__name__', 'reward')}" for w, fn in zip(weights, reward_fns))
-    return reward
+    names = [reward_name(fn) for fn in reward_fns]
+    names = [name if names.count(name) == 1 else f"{name}#{k + 1}" for k, name in enumerate(names)]
+    return WeightedReward(list(zip(names, weights, reward_fns)))
 
 
 def load_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",)) -> list[dict[str, Any]]:

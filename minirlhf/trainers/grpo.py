@@ -5,17 +5,30 @@ For each prompt x, sample a group {y_1..y_G} ~ p_θold(·|x), score R_i = R(x, y
     Â_i = (R_i - mean(R_1..R_G)) / std(R_1..R_G)                      (the group is the baseline)
     J(θ) = E[ min(r_t Â_i, clip(r_t, 1-ε, 1+ε) Â_i) - β · k3_t ],     r_t = p_θ(y_t|..) / p_θold(y_t|..)
 
-then take `epochs` passes of minibatch gradient steps on L = -J. With the default β = 0 (no KL leash, as in
-DAPO / Dr. GRPO) only p_θ is in memory: the reference copy is not even made; with β > 0 (the GRPO paper's
-0.04) there are two, p_θ and p_ref (plus the reward model when the reward is a learned one).
+then take `epochs` passes of minibatch gradient steps on L = -J. What came after DeepSeek-R1 is a field away:
+clip(r_t, 1-ε, 1+ε_high) (`eps_high`, DAPO), the sequence ratio s_i (`importance_sampling_level`, GSPO), dynamic
+sampling and overlong filtering (DAPO), Dr. GRPO's scale="none" + aggregation="constant"; `RECIPES` sets each
+paper's fields together. With the default β = 0 (no KL leash, as in DAPO / Dr. GRPO) the loss needs only p_θ;
+a frozen p_ref is still kept to measure eval/kl_ref at evaluation (`eval_kl`, false = only p_θ in memory). With
+β > 0 (the GRPO paper's 0.04) p_ref is in the loss (plus the reward model when the reward is a learned one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from minirlhf.diagnostics import zero_std_groups
-from minirlhf.losses import AGGREGATIONS, GRPO_SCALES, check_group_size, grpo_advantages, grpo_loss, masked_mean
+from minirlhf.losses import (
+    AGGREGATIONS,
+    GRPO_SCALES,
+    IMPORTANCE_SAMPLING_LEVELS,
+    check_group_size,
+    grpo_advantages,
+    grpo_loss,
+    mask_truncated,
+    masked_mean,
+)
 from minirlhf.tasks import Task
 from minirlhf.trainers.common import (
     choice,
@@ -24,11 +37,31 @@ from minirlhf.trainers.common import (
 )
 from minirlhf.trainers.online import (
     OnlineConfig,
+    collect_informative,
     diagnose,
     experience_metrics,
     policy_logprobs,
     start_online,
 )
+
+# The recipes of the papers since DeepSeek-R1 (`python -m minirlhf grpo --recipe dapo`, or
+# GRPOConfig(**RECIPES["dapo"], ...)): the fields each one sets together. Flags given on the command line win, and
+# so does a resumed run's own config.json (which records the fields, not the recipe's name). None of them sets the
+# batch shape: clipping only acts off-policy, so give --epochs > 1 or a --minibatch-size below the batch.
+RECIPES: dict[str, dict[str, Any]] = {
+    # Shao et al., 2024 (DeepSeekMath): std-normalised group advantages, per-sequence mean, k3 KL with β = 0.04
+    "grpo": {"eps": 0.2, "eps_high": None, "beta": 0.04, "scale": "group", "aggregation": "seq-mean",
+             "importance_sampling_level": "token"},
+    # Yu et al., 2025: clip-higher, dynamic sampling, token-level loss, overlong filtering, no KL
+    "dapo": {"eps": 0.2, "eps_high": 0.28, "beta": 0.0, "scale": "group", "aggregation": "token-mean",
+             "importance_sampling_level": "token", "dynamic_sampling": True, "mask_truncated_completions": True},
+    # Liu et al., 2025 (Dr. GRPO): advantages without the std, the constant normaliser B · T_max, no KL
+    "dr-grpo": {"eps": 0.2, "eps_high": None, "beta": 0.0, "scale": "none", "aggregation": "constant",
+                "importance_sampling_level": "token"},
+    # Zheng et al., 2025 (GSPO, section 5.1): the sequence ratio clipped to [1 - 3e-4, 1 + 4e-4], no KL
+    "gspo": {"eps": 3e-4, "eps_high": 4e-4, "beta": 0.0, "scale": "group", "aggregation": "seq-mean",
+             "importance_sampling_level": "sequence"},
+}
 
 
 @dataclass
@@ -37,16 +70,29 @@ class GRPOConfig(OnlineConfig):
     eval_every: int = 25
     lr: float = 3e-4
     prompts_per_step: int = 32  # x group_size 8 = 256 completions per step
-    eps: float = 0.2  # ε: clip range of the ratio r_t(θ)
+    eps: float = 0.2  # ε: clip range of the ratio r_t(θ), its lower side 1 - ε
+    eps_high: float | None = None  # ε_high: the upper side 1 + ε_high (DAPO's clip-higher: 0.28); None = ε
+    # "token": one ratio r_t per token (GRPO); "sequence": s_i = exp(mean_t log r_t), clipped per answer (GSPO)
+    importance_sampling_level: str = choice("token", IMPORTANCE_SAMPLING_LEVELS)
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
-    # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO)
+    # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO:
+    # scale none + aggregation constant, the dr-grpo recipe)
     scale: str = choice("group", GRPO_SCALES)
     # how token terms are weighted into the loss, see losses.aggregate ("seq-mean" = the GRPO paper)
     aggregation: str = choice("token-mean", AGGREGATIONS)
+    # DAPO's dynamic sampling: drop groups whose rewards are all equal and sample more prompts until the step holds
+    # prompts_per_step informative groups (one process only)
+    dynamic_sampling: bool = False
+    # cap on the batches sampled per step with dynamic_sampling (the first included); at the cap the step trains on
+    # the informative groups it has (groups_kept < prompts_per_step), and skips its update when there are none
+    max_sampling_rounds: int = 4
+    mask_truncated_completions: bool = False  # DAPO's overlong filtering: answers cut at the budget get no loss
 
     def validate(self) -> None:
         super().validate()
-        require_positive(self, "eps", "epochs")
+        require_positive(self, "eps", "epochs", "max_sampling_rounds")
+        if self.eps_high is not None:
+            require_positive(self, "eps_high")
         require(self, check_group_size, "group_size")
 
 
@@ -58,12 +104,24 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
     # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
     s = start_online(task, config or GRPOConfig(), model, tokenizer, callbacks)
     config, runtime, run, model = s.config, s.runtime, s.run, s.model
+    if config.dynamic_sampling and runtime.world_size > 1:
+        raise ValueError(f"GRPOConfig.dynamic_sampling runs on one process only ({runtime.world_size} were started): "
+                         "the sampling rounds a step needs depend on its samples, and processes would disagree")
 
     for step in run.steps("grpo"):
         metrics = run.evaluate(step)
         # 1. sample a group of G completions per prompt from p_θold and score them
-        exp = s.collect()
-        metrics |= experience_metrics(exp) | {"zero_std_groups": zero_std_groups(exp.rewards, config.group_size)}
+        if config.dynamic_sampling:  # keep only groups whose rewards differ, sampling more prompts to fill the step
+            first, exp, counts = collect_informative(s, config.max_sampling_rounds)
+            metrics |= counts
+        else:
+            first = exp = s.collect()
+        metrics |= experience_metrics(first) | {"zero_std_groups": zero_std_groups(first.rewards, config.group_size)}
+        if exp is None:  # dynamic sampling at its cap without one informative group: nothing to learn from
+            run.log(step, metrics)
+            continue
+        # DAPO's overlong filtering: a truncated answer's tokens leave the loss
+        mask = mask_truncated(exp.mask, exp.rollout.ended_with_eos) if config.mask_truncated_completions else exp.mask
         # 2. group-normalised advantages Â_i, one per completion (B,), from the rewards of the global batch
         all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
         advantages = runtime.local(grpo_advantages(all_rewards, config.group_size, scale=config.scale))
@@ -73,18 +131,20 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
         if config.debug:
             metrics |= diagnose(model, exp, config, group_advantages=advantages)
         for _ in range(config.epochs):
-            for rows in s.minibatches():
+            for rows in s.minibatches(exp.rewards.numel() if config.dynamic_sampling else None):
                 with runtime.autocast():
                     logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
                 ref_logp = exp.ref_logp[rows] if exp.ref_logp is not None else None
                 loss, stats = grpo_loss(
-                    logp, exp.old_logp[rows], ref_logp, advantages[rows], exp.mask[rows],
-                    eps=config.eps, beta=config.beta, aggregation=config.aggregation,
+                    logp, exp.old_logp[rows], ref_logp, advantages[rows], mask[rows],
+                    eps=config.eps, beta=config.beta, aggregation=config.aggregation, eps_high=config.eps_high,
+                    importance_sampling_level=config.importance_sampling_level,
                 )
                 # token-mean: this process's part of the global batch's token mean
-                loss, grad_norm = run.update(loss, share_of=exp.mask[rows].sum() if config.aggregation == "token-mean"
+                loss, grad_norm = run.update(loss, share_of=mask[rows].sum() if config.aggregation == "token-mean"
                                              else None)
-                run.add(loss=loss, clip_frac=stats["clip_frac"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
+                run.add(loss=loss, clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
+                        clip_frac_high=stats["clip_frac_high"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
                         entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         model.eval()
         run.log(step, metrics)

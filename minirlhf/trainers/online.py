@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
@@ -21,11 +22,12 @@ from minirlhf import diagnostics
 from minirlhf.data import check_prompt_room
 from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.logprobs import response_logprobs
-from minirlhf.losses import kl_k1, masked_sum
-from minirlhf.models import ValueHead, context_size, disable_dropout, frozen_copy
+from minirlhf.losses import informative_groups, kl_k1, masked_sum
+from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
-from minirlhf.tasks import Task, call_reward
+from minirlhf.tasks import Task, WeightedReward, call_reward, with_reward
 from minirlhf.tasks.registry import resolve_task
+from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.common import (
     Run,
     TrainConfig,
@@ -49,7 +51,7 @@ class OnlineConfig(TrainConfig):
     temperature: float = 1.0  # sampling temperature (the log-probs in the loss use the same one)
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
-    beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, and p_ref is not even loaded
+    beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, p_ref only for eval/kl_ref (eval_kl)
     minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
@@ -63,16 +65,26 @@ class OnlineConfig(TrainConfig):
     # for prompts: reward functions (prompts, completions, **columns) -> list[float]; several are summed
     reward: list[str] | None = spelled(None, "module:function|path.py:function")
     reward_weights: list[float] | None = spelled(None, "W")  # one weight per reward: R = Σ_k w_k R_k (None: 1 each)
+    # L_cache: DAPO's soft overlong penalty, 0 to -1 over the last L_cache tokens of the response budget, added to
+    # the reward with overlong_weight (logged as reward/overlong); 0 = off
+    overlong_cache: int = 0
+    overlong_weight: float = 1.0  # weight of the soft overlong penalty in R = Σ_k w_k R_k
+    # eval/kl_ref at each evaluation: KL(p_θ || p_ref) from sampled completions. At β = 0 this keeps a frozen copy
+    # of the starting model for it (one more set of weights in memory: ~0.5 GB for gpt2 in float32); false = none
+    eval_kl: bool = True
 
     task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts", "reward", "reward_weights")
 
     def validate(self) -> None:
         super().validate()
         require_positive(self, "prompts_per_step", "group_size", "temperature")
-        require_non_negative(self, "beta")
+        require_non_negative(self, "beta", "overlong_cache")
         require_choice(self, "decoder", DECODERS)
         if self.max_new_tokens is not None:
             require_positive(self, "max_new_tokens")  # 0 is refused, not read as "the task's default" (None)
+            if self.overlong_cache > self.max_new_tokens:
+                raise ValueError(f"{type(self).__name__}.overlong_cache ({self.overlong_cache}) must be at most "
+                                 f"max_new_tokens ({self.max_new_tokens}): it is the end of the response budget")
         if self.minibatch_size is not None:
             require_positive(self, "minibatch_size")
             if self.batch_size % self.minibatch_size:
@@ -120,9 +132,11 @@ class OnlineStart:
         return collect(self.model, self.tokenizer, self.ref, self.task, self.config, self.rng, self.generator,
                        self.runtime)
 
-    def minibatches(self) -> list[torch.Tensor]:
-        """This step's minibatches of row indices (`minibatches`): shuffled, this process's rows."""
-        return minibatches(self.config.batch_size, self.config.minibatch_size, self.generator, self.runtime)
+    def minibatches(self, batch_size: int | None = None) -> list[torch.Tensor]:
+        """This step's minibatches of row indices (`minibatches`): shuffled, this process's rows. `batch_size`:
+        the rows of this step's batch when it is not config.batch_size (dynamic sampling at its cap)."""
+        return minibatches(batch_size or self.config.batch_size, self.config.minibatch_size, self.generator,
+                           self.runtime)
 
 
 def start_online(
@@ -136,23 +150,75 @@ def start_online(
     """The set-up every online trainer shares, in this order (the order the random streams are drawn in): the task
     (`online_task`), the runtime (device, precision, processes), the seeds and the two random streams, p_θ and p_ref
     (`setup_policy`), a value head when asked, AdamW over what is trained, the modules the update runs through,
-    the held-out evaluation (`held_out_metrics` of task.evaluate) and the `Run`."""
+    the held-out evaluation (`held_out_metrics` of task.evaluate, and eval/kl_ref: `kl_to_reference`) and the
+    `Run`."""
     task, config = online_task(task, config)
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     generator = set_seed(config.seed)
     rng = random.Random(config.seed)
     model, tokenizer, ref = setup_policy(config, model, tokenizer, task)  # ref: None when β = 0
+    # p_ref for eval/kl_ref: the loss's own, else a frozen copy of the start made for evaluation alone
+    eval_ref = ref if ref is not None or not (config.eval_kl and config.eval_every) else frozen_copy(model)
+    if config.overlong_cache:
+        task = with_overlong_penalty(task, config, tokenizer)
     modules = {"model": model}
     if value_head:  # V(s_t), starts at 0 everywhere
         modules["value_head"] = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
     params = [p for module in modules.values() for p in module.parameters()]
     optimizer = make_optimizer(params, config.lr)
     trained = {name: runtime.prepare(module) for name, module in modules.items()}  # DDP under several processes
-    evaluate = (lambda: held_out_metrics(task.evaluate, model, tokenizer)) if task.evaluate else None
-    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator}, evaluate, callbacks,
-              **modules)
+
+    def evaluate() -> dict[str, float]:
+        kl = {} if eval_ref is None else {"eval/kl_ref": kl_to_reference(model, eval_ref, tokenizer, task, config,
+                                                                          runtime)}
+        return held_out_metrics(task.evaluate, model, tokenizer) | kl
+
+    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
+              evaluate if task.evaluate or eval_ref is not None else None, callbacks, **modules)
     return OnlineStart(task, config, runtime, run, model, tokenizer, ref, trained["model"], modules.get("value_head"),
                        trained.get("value_head"), rng, generator)
+
+
+def with_overlong_penalty(task: Task, config: OnlineConfig, tokenizer: PreTrainedTokenizerBase) -> Task:
+    """The task with DAPO's soft overlong punishment (`tasks.rewards.soft_overlong_punishment`) added to its reward
+    as the term "overlong", weighted by config.overlong_weight: L_max = the response budget, L_cache =
+    config.overlong_cache; the completion's tokens are counted with `tokenizer`."""
+    budget = task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+    if config.overlong_cache > budget:
+        raise ValueError(f"{type(config).__name__}.overlong_cache ({config.overlong_cache}) must be at most the "
+                         f"response budget ({budget} tokens, task {task.name!r})")
+    penalty = soft_overlong_punishment(budget, config.overlong_cache, tokenizer)
+    return with_reward(task, "overlong", config.overlong_weight, penalty)
+
+
+KL_EVAL_PROMPTS = 32  # prompts of eval/kl_ref (one fixed draw), two completions each
+
+
+@torch.no_grad()
+def kl_to_reference(
+    model: nn.Module, ref: nn.Module, tokenizer: PreTrainedTokenizerBase, task: Task, config: OnlineConfig,
+    runtime: Runtime,
+) -> float:
+    """eval/kl_ref: the sequence-level KL(p_θ || p_ref) at evaluation, for every online method and any β,
+
+        KL ≈ (1/n) Σ_i Σ_t [log p_θ(y_i,t | x_i, y_i,<t) - log p_ref(y_i,t | x_i, y_i,<t)],   y_i ~ p_θ(·|x_i)
+
+    (k1 summed per sequence, averaged) over two completions each of one fixed draw of KL_EVAL_PROMPTS prompts of
+    the task, sampled as in training (temperature, top-k/top-p, budget). The draw and the samples come from their
+    own seeded streams: training's random streams are untouched, and every evaluation reads the same prompts."""
+    prompts, _ = prompt_columns(task.train_prompts(KL_EVAL_PROMPTS, random.Random(config.seed + 1)))
+    with eval_mode(model), runtime.autocast():
+        rollout = sample(
+            model, tokenizer, prompts, group_size=2,
+            max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
+            temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
+            generator=torch.Generator().manual_seed(config.seed + 1), decoder=config.decoder,
+        )
+        P = rollout.prompt_length
+        ref_logp = response_logprobs(ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                                     config.temperature, prompt_length=P)
+    mask = rollout.response_mask[:, P:]
+    return masked_sum(kl_k1(rollout.logprobs[:, P:], ref_logp[:, P:]), mask, dim=-1).mean().item()
 
 
 def setup_policy(
@@ -180,6 +246,7 @@ class Experience:
     old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling
     ref_logp: torch.Tensor | None  # (B, N) log p_ref(y_t | x, y_<t); None when β = 0
     rewards: torch.Tensor  # (B,) R(x, y)
+    reward_parts: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # (B,) R_k of a WeightedReward
 
     @property
     def prompt_length(self) -> int:
@@ -214,7 +281,12 @@ def collect(
         )
     device = rollout.input_ids.device
     columns = {name: [v for v in values for _ in range(config.group_size)] for name, values in columns.items()}
-    rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
+    if isinstance(task.reward_fn, WeightedReward):  # R = Σ_k w_k R_k, each R_k kept for the logs
+        reward_parts = task.reward_fn.parts(rollout.prompts, rollout.completions, **columns)
+        rewards = task.reward_fn.total(reward_parts).to(device)
+    else:
+        reward_parts = {}
+        rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
     P = rollout.prompt_length
     ref_logp = None
     if ref is not None:
@@ -229,7 +301,81 @@ def collect(
         old_logp=rollout.logprobs[:, P:],
         ref_logp=ref_logp,
         rewards=rewards,
+        reward_parts=reward_parts,
     )
+
+
+def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Experience:
+    """The rows of the chosen groups (a bool (B / G,) or index tensor), in order: every group stays whole."""
+    rows = torch.arange(exp.rewards.numel(), device=exp.rewards.device).view(-1, group_size)[groups].reshape(-1)
+    r = exp.rollout
+    keep = rows.tolist()
+    rollout = dataclasses.replace(
+        r, prompts=[r.prompts[i] for i in keep], completions=[r.completions[i] for i in keep],
+        input_ids=r.input_ids[rows], attention_mask=r.attention_mask[rows], response_mask=r.response_mask[rows],
+        logprobs=r.logprobs[rows], ended_with_eos=r.ended_with_eos[rows],
+    )
+    return Experience(rollout, exp.mask[rows], exp.old_logp[rows],
+                      None if exp.ref_logp is None else exp.ref_logp[rows], exp.rewards[rows],
+                      {name: part[rows.to(part.device)] for name, part in exp.reward_parts.items()})
+
+
+def concat_experiences(batches: list[Experience], pad_id: int) -> Experience:
+    """One Experience from several batches: prompts left-padded to the widest P, responses right-padded to the
+    widest N (padding is masked everywhere, so every row's log-probs are unchanged)."""
+    P = max(b.prompt_length for b in batches)
+    N = max(b.mask.shape[1] for b in batches)
+
+    def full(b: Experience, name: str, value: float = 0) -> torch.Tensor:  # (B, P + N) columns
+        return F.pad(getattr(b.rollout, name), (P - b.prompt_length, N - b.mask.shape[1]), value=value)
+
+    def response(t: torch.Tensor) -> torch.Tensor:  # (B, N) columns
+        return F.pad(t, (0, N - t.shape[1]))
+
+    rollout = Rollout(
+        prompts=[p for b in batches for p in b.rollout.prompts],
+        completions=[c for b in batches for c in b.rollout.completions],
+        input_ids=torch.cat([full(b, "input_ids", pad_id) for b in batches]),
+        attention_mask=torch.cat([full(b, "attention_mask") for b in batches]),
+        response_mask=torch.cat([full(b, "response_mask") for b in batches]),
+        logprobs=torch.cat([full(b, "logprobs") for b in batches]),
+        prompt_length=P,
+        ended_with_eos=torch.cat([b.rollout.ended_with_eos for b in batches]),
+    )
+    ref_logp = None if batches[0].ref_logp is None else torch.cat([response(b.ref_logp) for b in batches])
+    return Experience(rollout, torch.cat([response(b.mask) for b in batches]),
+                      torch.cat([response(b.old_logp) for b in batches]), ref_logp,
+                      torch.cat([b.rewards for b in batches]),
+                      {name: torch.cat([b.reward_parts[name] for b in batches]) for name in batches[0].reward_parts})
+
+
+def collect_informative(s: OnlineStart, max_rounds: int) -> tuple[Experience, Experience | None, dict[str, float]]:
+    """DAPO's dynamic sampling (Yu et al., 2025): sample batches of prompts_per_step prompts, drop the groups
+    whose G rewards are all equal (`losses.informative_groups`: Â = 0, no gradient), until the step holds
+    prompts_per_step informative groups or `max_rounds` batches were sampled. At the cap the step trains on the
+    informative groups it has, fewer than prompts_per_step, and with none it has nothing to train on (None).
+
+    Returns the first batch (the plain on-policy sample, for the step's reward metrics), the informative groups
+    (the first prompts_per_step of them, or None) and `groups_sampled`, `groups_kept`, `sampling_rounds`.
+    One process only: the rounds a step needs depend on its samples (see GRPOConfig.dynamic_sampling)."""
+    G, wanted = s.config.group_size, s.config.prompts_per_step
+    first, kept, n_kept, rounds = None, [], 0, 0
+    while n_kept < wanted and rounds < max_rounds:
+        exp = s.collect()
+        rounds += 1
+        if first is None:
+            first = exp
+        informative = informative_groups(exp.rewards, G)
+        if informative.any():
+            kept.append(select_groups(exp, informative, G))
+            n_kept += int(informative.sum())
+    counts = {"groups_sampled": float(rounds * wanted), "groups_kept": float(min(n_kept, wanted)),
+              "sampling_rounds": float(rounds)}
+    if not kept:
+        return first, None, counts
+    pad_id = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else s.tokenizer.eos_token_id
+    batch = concat_experiences(kept, pad_id)
+    return first, select_groups(batch, torch.arange(min(n_kept, wanted)), G), counts
 
 
 def prompt_columns(drawn: list[str] | list[dict[str, Any]]) -> tuple[list[str], dict[str, list[Any]]]:
@@ -276,6 +422,7 @@ def experience_metrics(exp: Experience) -> dict[str, float]:
         "response_length": lengths.mean().item(),
         "eos_rate": exp.rollout.ended_with_eos.float().mean().item(),
     }
+    metrics |= {f"reward/{name}": part.mean().item() for name, part in exp.reward_parts.items()}  # each R_k
     if exp.ref_logp is not None:
         # sequence-level KL(p_θ || p_ref) estimated from the samples: E_y[Σ_t log p_θ/p_ref]  (k1 summed)
         metrics["kl_ref"] = masked_sum(kl_k1(exp.old_logp, exp.ref_logp), exp.mask, dim=-1).mean().item()

@@ -71,7 +71,8 @@ class PPOConfig(OnlineConfig):
     group_size: int = 1  # G: completions per prompt (PPO works with 1)
     beta: float = 0.05  # β: per-token KL penalty -β·k1_t folded into the reward; 0 drops p_ref
     minibatch_size: int | None = 16  # completions per gradient step; None = the whole batch
-    eps: float = 0.2  # ε: clip range of the ratio r_t(θ)
+    eps: float = 0.2  # ε: clip range of the ratio r_t(θ), its lower side 1 - ε
+    eps_high: float | None = None  # ε_high: the upper side 1 + ε_high (DAPO's clip-higher); None = ε
     epochs: int = 4  # passes over each batch of samples
     gamma: float = 1.0  # γ: discount across the tokens of one response
     lam: float = 0.95  # λ: GAE's bias-variance knob (0 = one-step TD error, 1 = Monte Carlo return)
@@ -82,6 +83,8 @@ class PPOConfig(OnlineConfig):
     def validate(self) -> None:
         super().validate()
         require_positive(self, "eps", "epochs")
+        if self.eps_high is not None:
+            require_positive(self, "eps_high")
         require_non_negative(self, "vf_coef")
         require(self, check_gae, "gamma", "lam")
         if self.cliprange_value is not None:
@@ -155,12 +158,14 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
                     logp, entropy, values = policy_forward(s.train_model, s.train_value_head, exp, rows,
                                                            config.temperature)
                 m = mask[rows]
-                policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps)
+                policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps,
+                                                    eps_high=config.eps_high)
                 v_loss = value_loss(values, old_values[rows], returns[rows], m, clip=config.cliprange_value)
                 # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together)
                 loss, grad_norm = run.update(policy_loss + config.vf_coef * v_loss, share_of=m.sum())
                 run.add(loss=loss, policy_loss=policy_loss, value_loss=v_loss, grad_norm=grad_norm,
-                        clip_frac=stats["clip_frac"], ratio_mean=stats["ratio_mean"],
+                        clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
+                        clip_frac_high=stats["clip_frac_high"], ratio_mean=stats["ratio_mean"],
                         approx_kl=stats["approx_kl"],  # KL(p_θold || p_θ): how far this batch moved p_θ
                         entropy=masked_mean(entropy.detach(), m))
                 if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it

@@ -22,6 +22,7 @@ from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.logprobs import packed_response_logprobs, response_lengths, sequence_logprobs
 from minirlhf.losses import (
     DPO_LOSS_TYPES,
+    IPO_NORMALISATIONS,
     check_dpo_options,
     check_label_smoothing,
     dpo_loss,
@@ -64,6 +65,10 @@ class DPOConfig(TrainConfig):
     # "sigmoid" (DPO), "ipo", "hinge"; "simpo", "orpo" (no p_ref); "kto" (unpaired examples); β serves all but orpo
     loss_type: str = choice("sigmoid", PREFERENCE_LOSS_TYPES)
     label_smoothing: float = 0.0  # assumed fraction of flipped labels (conservative DPO), sigmoid only
+    # IPO's log-ratios: "sum" over the answer's tokens (the paper's), or "mean" per token (TRL's loss_type="ipo")
+    ipo_normalisation: str = choice("sum", IPO_NORMALISATIONS)
+    # α: adds α x the chosen answers' NLL per token to sigmoid/ipo/hinge (RPO; keeps log p_θ(y_w|x) from falling)
+    rpo_alpha: float = 0.0
     gamma: float = 0.5  # SimPO's target margin γ between the length-normalised rewards
     orpo_lambda: float = 0.1  # ORPO's weight λ of the odds-ratio term on top of the SFT loss
     kto_desirable_weight: float = 1.0  # KTO's λ_D
@@ -81,9 +86,13 @@ class DPOConfig(TrainConfig):
         require_non_negative(self, "eval_prompts")
         require(self, check_label_smoothing, "label_smoothing", "loss_type")
         if self.loss_type in DPO_LOSS_TYPES:
-            require(self, check_dpo_options, "beta", "loss_type", "label_smoothing")
+            require(self, check_dpo_options, "beta", "loss_type", "label_smoothing", "ipo_normalisation", "rpo_alpha")
         else:  # simpo / orpo / kto: the losses check β themselves
             require_positive(self, "beta")
+            for name, off in (("ipo_normalisation", "sum"), ("rpo_alpha", 0.0)):
+                if getattr(self, name) != off:
+                    raise ValueError(f"DPOConfig.{name}: {getattr(self, name)!r} applies to loss_type "
+                                     f"{'|'.join(DPO_LOSS_TYPES)} only, not {self.loss_type!r}")
         require_non_negative(self, "gamma", "orpo_lambda")
         require_positive(self, "kto_desirable_weight", "kto_undesirable_weight")
         if self.precompute_ref and self.loss_type in REFERENCE_FREE_LOSS_TYPES:
@@ -131,7 +140,9 @@ def preference_loss(config: DPOConfig, chosen, rejected, ref_chosen, ref_rejecte
         return orpo_loss(chosen, rejected, chosen_lengths, rejected_lengths, config.orpo_lambda)
     if config.loss_type == "kto":
         raise ValueError("preference_loss: loss_type='kto' scores unpaired examples (minirlhf.trainers.kto)")
-    return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, config.beta, config.loss_type, config.label_smoothing)
+    return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, config.beta, config.loss_type, config.label_smoothing,
+                    chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths,
+                    ipo_normalisation=config.ipo_normalisation, rpo_alpha=config.rpo_alpha)
 
 
 @torch.inference_mode()

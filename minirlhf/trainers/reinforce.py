@@ -6,8 +6,12 @@ Any baseline b that does not depend on y leaves the expectation unchanged and ca
 - baseline="none":  b = 0 (plain REINFORCE, Williams 1992)
 - baseline="ema":   b = an exponential moving average of past rewards (a cheap value estimate)
 - baseline="rloo":  b_i = mean of the OTHER G-1 rewards of the same prompt (needs G >= 2)
+- baseline="reinforce++" (Hu, 2025): per-token advantages, the return-to-go of the k1-shaped per-token reward,
+  standardised over every real token of the batch (`losses.reinforce_plus_plus_advantages`); the loss is their
+  token mean, as in OpenRLHF. "reinforce++-baseline" subtracts the group's mean reward first (needs G >= 2).
 
-The KL leash enters through the reward, as in RLOO: R'(x, y) = R(x, y) - β · Σ_t log p_θ(y_t)/p_ref(y_t).
+The KL leash enters through the reward, as in RLOO: R'(x, y) = R(x, y) - β · Σ_t log p_θ(y_t)/p_ref(y_t) (for
+REINFORCE++ per token: r_t = -β log p_θold(y_t)/p_ref(y_t), plus R at the last token).
 One pass over each batch of fresh samples (REINFORCE is on-policy: no ratio, no clipping).
 """
 
@@ -22,6 +26,7 @@ from minirlhf.losses import (
     kl_shaped_rewards,
     masked_mean,
     reinforce_loss,
+    reinforce_plus_plus_advantages,
     rloo_advantages,
 )
 from minirlhf.tasks import Task
@@ -34,20 +39,23 @@ from minirlhf.trainers.online import (
     start_online,
 )
 
-BASELINES = ("none", "ema", "rloo")
+BASELINES = ("none", "ema", "rloo", "reinforce++", "reinforce++-baseline")
+PER_TOKEN_BASELINES = ("reinforce++", "reinforce++-baseline")  # Â_i,t per token, standardised over the batch
 
 
 @dataclass
 class ReinforceConfig(OnlineConfig):
     lr: float = 2e-4
     beta: float = 0.04
-    # b in Â = R - b: "none" (b = 0), "ema" (moving average of rewards) or "rloo" (mean of the other G - 1 rewards)
+    # b in Â = R - b: "none" (b = 0), "ema" (moving average of rewards), "rloo" (mean of the other G - 1 rewards);
+    # "reinforce++": k1 KL in the per-token reward, return-to-go, standardised over the batch ("reinforce++-baseline":
+    # the group's mean reward subtracted first)
     baseline: str = choice("rloo", BASELINES)
     ema_decay: float = 0.9  # for baseline="ema": b <- decay·b + (1 - decay)·mean(R)
 
     def validate(self) -> None:
         super().validate()
-        if self.baseline == "rloo":
+        if self.baseline in ("rloo", "reinforce++-baseline"):
             require(self, check_group_size, "group_size")
         require(self, check_ema_decay, "ema_decay")
 
@@ -68,18 +76,27 @@ def train_reinforce(
         metrics = run.evaluate(step)
         exp = s.collect()
         metrics |= experience_metrics(exp)
-        # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees, over the global batch  (B,)
-        shaped = runtime.gather(kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, config.beta))
-        # Â = R' - b
-        if config.baseline == "rloo":
-            advantages = rloo_advantages(shaped, config.group_size)  # b_i = mean of the other G - 1 rewards
-        elif config.baseline == "ema":
-            ema = ema_baseline(ema, shaped, config.ema_decay)
-            advantages = shaped - ema
+        if config.baseline in PER_TOKEN_BASELINES:
+            # REINFORCE++: Â_i,t from the k1-shaped per-token rewards, standardised over the global batch  (B, N)
+            ref_logp = runtime.gather(exp.ref_logp) if exp.ref_logp is not None else None
+            advantages = reinforce_plus_plus_advantages(
+                runtime.gather(exp.rewards), runtime.gather(exp.mask), runtime.gather(exp.old_logp), ref_logp,
+                beta=config.beta, group_size=config.group_size if config.baseline == "reinforce++-baseline" else None,
+            )
         else:
-            advantages = shaped
+            # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees, over the global batch  (B,)
+            shaped = runtime.gather(kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, config.beta))
+            # Â = R' - b
+            if config.baseline == "rloo":
+                advantages = rloo_advantages(shaped, config.group_size)  # b_i = mean of the other G - 1 rewards
+            elif config.baseline == "ema":
+                ema = ema_baseline(ema, shaped, config.ema_decay)
+                advantages = shaped - ema
+            else:
+                advantages = shaped
         advantages = runtime.local(advantages)  # this process's rows
-        metrics["advantage_std"] = advantages.std().item()
+        metrics["advantage_std"] = advantages[exp.mask.bool()].std().item() if advantages.dim() == 2 else \
+            advantages.std().item()  # over real tokens for REINFORCE++
 
         model.train()
         if config.debug:
@@ -87,8 +104,12 @@ def train_reinforce(
         for rows in s.minibatches():
             with runtime.autocast():
                 logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
-            loss = reinforce_loss(logp, advantages[rows], exp.mask[rows])  # -E[Â · log p_θ(y|x)]
-            loss, grad_norm = run.update(loss)
+            if config.baseline in PER_TOKEN_BASELINES:  # -mean over real tokens of Â_i,t log p_θ(y_t|..)
+                loss = reinforce_loss(logp, advantages[rows], exp.mask[rows], aggregation="token-mean")
+                loss, grad_norm = run.update(loss, share_of=exp.mask[rows].sum())
+            else:
+                loss = reinforce_loss(logp, advantages[rows], exp.mask[rows])  # -E[Â · log p_θ(y|x)]
+                loss, grad_norm = run.update(loss)
             run.add(loss=loss, grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         model.eval()
         run.log(step, metrics, ema=ema)
