@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from minirlhf import losses
+from minirlhf.course.step_output import StepOutput  # what a step returns (its own module: solutions.py uses it)
 from minirlhf.logprobs import response_logprobs
 from minirlhf.models import disable_dropout, load_model
 from minirlhf.sampling import sample
@@ -35,14 +36,6 @@ MAX_GRAD_NORM = 1.0
 LOSS_RTOL = 1e-4  # float32: the loss is a mean of a few hundred terms
 UPDATE_RTOL = 1e-3  # relative size of the difference of the two weight updates
 CHECK_LR = 1e-2  # check_step compares updates under plain SGD, so the update is the (clipped) gradient itself
-
-
-@dataclass
-class StepOutput:
-    completions: list[str]  # (B,) the sampled answers, B = len(prompts) · group_size, grouped by prompt
-    rewards: torch.Tensor  # (B,)
-    advantages: torch.Tensor  # (B,)
-    loss: torch.Tensor  # the loss that was minimised (a scalar)
 
 
 StepFn = Callable[..., StepOutput]

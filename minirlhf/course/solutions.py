@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from minirlhf.course.capstone import StepOutput
+from minirlhf.course.step_output import StepOutput
 from minirlhf.logprobs import response_logprobs
 from minirlhf.sampling import sample
 from minirlhf.tasks import arithmetic
