@@ -48,6 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
+
 AGGREGATIONS = ("seq-sum", "seq-mean", "token-mean", "constant")
 GRPO_SCALES = ("group", "batch", "none")
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
@@ -84,22 +86,6 @@ def _check_real_tokens(mask: Tensor | None, **tensors: Tensor | None) -> None:
                              f"({t[first].item()})")
 
 
-def _check_positive(name: str, value: float, allow_zero: bool = False) -> None:
-    ok = value >= 0 if allow_zero else value > 0  # written so that NaN fails too
-    if not ok:
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
-
-
-def _check_interval(name: str, value: float, low: float, high: float) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"{name} must lie in [{low}, {high}], got {value}")
-
-
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; valid choices: {', '.join(choices)}")
-
-
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
     """Check a (B,) reward vector and reshape it to (B / G, G): one row per prompt."""
     if rewards.dim() != 1:
@@ -133,14 +119,13 @@ def check_group_size(group_size: int) -> None:
 
 def check_gae(gamma: float, lam: float) -> None:
     """γ and λ of GAE are weights of future terms: both in [0, 1]."""
-    _check_interval("gamma", gamma, 0.0, 1.0)
-    _check_interval("lam", lam, 0.0, 1.0)
+    check_interval("gamma", gamma, 0.0, 1.0)
+    check_interval("lam", lam, 0.0, 1.0)
 
 
 def check_ema_decay(decay: float) -> None:
     """The EMA baseline's decay lies in [0, 1): at 1 the baseline would never move from its first value."""
-    if not 0.0 <= decay < 1.0:
-        raise ValueError(f"ema_decay must be in [0, 1), got {decay}")
+    check_interval("ema_decay", decay, 0, 1, high_included=False)
 
 
 def check_dpo_options(
@@ -148,19 +133,19 @@ def check_dpo_options(
 ) -> None:
     """β > 0, a known loss type, label smoothing ls in [0, 0.5] for the sigmoid (DPO) loss only, a known IPO
     normalisation ("mean" for loss_type="ipo" only) and an NLL weight α >= 0."""
-    _check_positive("beta", beta)
-    _check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
+    check_positive("beta", beta)
+    check_choice("loss_type", loss_type, DPO_LOSS_TYPES)
     check_label_smoothing(label_smoothing, loss_type)
-    _check_choice("ipo_normalisation", ipo_normalisation, IPO_NORMALISATIONS)
+    check_choice("ipo_normalisation", ipo_normalisation, IPO_NORMALISATIONS)
     if ipo_normalisation != "sum" and loss_type != "ipo":
         raise ValueError(f"ipo_normalisation only applies to loss_type='ipo', got {loss_type!r}")
-    _check_positive("rpo_alpha", rpo_alpha, allow_zero=True)
+    check_non_negative("rpo_alpha", rpo_alpha)
 
 
 def check_label_smoothing(label_smoothing: float, loss_type: str) -> None:
     """Label smoothing ls in [0, 0.5], and for the sigmoid (DPO) loss alone: the one loss of the family it is
     defined for (every other loss type, in the DPO family or not, takes ls = 0)."""
-    _check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
+    check_interval("label_smoothing", label_smoothing, 0.0, 0.5)
     if label_smoothing and loss_type != "sigmoid":
         raise ValueError(f"label_smoothing only applies to loss_type='sigmoid', got {loss_type!r}")
 
@@ -223,7 +208,7 @@ def aggregate(per_token: Tensor, mask: Tensor, aggregation: str) -> Tensor:
     "constant" divides by the padded width T, so it is meant for batches padded to the
     generation budget (max_new_tokens); extra padding columns rescale it by T / T'.
     """
-    _check_choice("aggregation", aggregation, AGGREGATIONS)
+    check_choice("aggregation", aggregation, AGGREGATIONS)
     if aggregation == "seq-sum":
         return masked_sum(per_token, mask, dim=-1).mean()
     if aggregation == "seq-mean":
@@ -396,8 +381,8 @@ def clipped_surrogate(ratio: Tensor, advantages: Tensor, eps: float, eps_high: f
     in r, so its gradient is 0. At r exactly on an edge both terms are equal and the gradient is Â, unclipped.
     """
     eps_high = eps if eps_high is None else eps_high
-    _check_positive("eps", eps)
-    _check_positive("eps_high", eps_high)
+    check_positive("eps", eps)
+    check_positive("eps_high", eps_high)
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1 - eps, 1 + eps_high) * advantages
     return torch.minimum(unclipped, clipped)
@@ -466,7 +451,7 @@ def value_loss(
     values, old_values, returns = _zero_padding(mask, values, old_values, returns)
     squared_error = (values - returns) ** 2  # (B, T)
     if clip is not None:
-        _check_positive("clip", clip)
+        check_positive("clip", clip)
         clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
         squared_error = torch.maximum(squared_error, (clipped_values - returns) ** 2)
     return 0.5 * masked_mean(squared_error, mask)
@@ -491,8 +476,8 @@ def grpo_advantages(
     This also stops float noise (rewards 1, 1 + 1e-7, ...) from being divided by a tiny std
     and blown up into ±1-sized advantages. ``rewards`` is (B,) in consecutive groups of G.
     """
-    _check_choice("scale", scale, GRPO_SCALES)
-    _check_positive("eps", eps)
+    check_choice("scale", scale, GRPO_SCALES)
+    check_positive("eps", eps)
     R = _grouped(rewards, group_size)  # (B/G, G)
     if R.numel() == 0:
         return rewards.new_zeros(0)  # no groups, no advantages (and no std of nothing)
@@ -540,8 +525,8 @@ def grpo_loss(
     sequence level, as TRL counts them), ``ratio_mean`` and, when ``ref_logp`` is given, ``kl`` (mean k3 over real
     tokens).
     """
-    _check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
-    _check_positive("beta", beta, allow_zero=True)
+    check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+    check_non_negative("beta", beta)
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
     _check_same_shape(logp=logp, old_logp=old_logp, ref_logp=ref_logp, mask=mask)
@@ -721,8 +706,8 @@ def simpo_loss(
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
-    _check_positive("beta", beta)
-    _check_positive("gamma", gamma, allow_zero=True)
+    check_positive("beta", beta)
+    check_non_negative("gamma", gamma)
     chosen_rewards = beta * policy_chosen_logps / chosen_lengths  # (B,) r(x, y_w)
     rejected_rewards = beta * policy_rejected_logps / rejected_lengths  # (B,) r(x, y_l)
     losses = -F.logsigmoid(chosen_rewards - rejected_rewards - gamma)
@@ -766,7 +751,7 @@ def orpo_loss(
         chosen_lengths=chosen_lengths,
         rejected_lengths=rejected_lengths,
     )
-    _check_positive("lam", lam, allow_zero=True)
+    check_non_negative("lam", lam)
     chosen_avg = policy_chosen_logps / chosen_lengths  # (B,) log P_θ(y_w|x)
     rejected_avg = policy_rejected_logps / rejected_lengths  # (B,) log P_θ(y_l|x)
     if not ((chosen_avg < 0).all() and (rejected_avg < 0).all()):
@@ -812,9 +797,9 @@ def kto_loss(
         raise ValueError(f"policy_kl_logps must be (M,) with M >= 1, got shape {tuple(policy_kl_logps.shape)}")
     _check_real_tokens(None, policy_logps=policy_logps, ref_logps=ref_logps, policy_kl_logps=policy_kl_logps,
                        ref_kl_logps=ref_kl_logps)
-    _check_positive("beta", beta)
-    _check_positive("desirable_weight", desirable_weight)
-    _check_positive("undesirable_weight", undesirable_weight)
+    check_positive("beta", beta)
+    check_positive("desirable_weight", desirable_weight)
+    check_positive("undesirable_weight", undesirable_weight)
     logratio = policy_logps - ref_logps  # (B,) r_θ(x, y)
     z_ref = (policy_kl_logps - ref_kl_logps).mean().clamp_min(0).detach()  # () z_ref
     value = torch.where(
@@ -884,7 +869,7 @@ def informative_groups(rewards: Tensor, group_size: int, eps: float = CONSTANT_G
     With 0/1 rewards and success rate p, a group is all equal with probability p^G + (1 - p)^G, which grows as
     training succeeds. ``rewards`` is (B,) in consecutive groups of G; returns a bool tensor (B / G,).
     """
-    _check_positive("eps", eps)
+    check_positive("eps", eps)
     R = _grouped(rewards, group_size)  # (B/G, G)
     if R.numel() == 0:
         return torch.zeros(0, dtype=torch.bool, device=rewards.device)
@@ -934,8 +919,8 @@ def reinforce_plus_plus_advantages(
     """
     if rewards.dim() != 1 or rewards.shape != mask.shape[:1]:
         raise ValueError(f"rewards must be (B,) = {tuple(mask.shape[:1])}, got {tuple(rewards.shape)}")
-    _check_interval("gamma", gamma, 0.0, 1.0)
-    _check_positive("beta", beta, allow_zero=True)
+    check_interval("gamma", gamma, 0.0, 1.0)
+    check_non_negative("beta", beta)
     if beta > 0 and (old_logp is None or ref_logp is None):
         raise ValueError("old_logp and ref_logp are required when beta > 0 (the KL term of the reward)")
     _check_same_shape(old_logp=old_logp, ref_logp=ref_logp, mask=mask)

@@ -42,7 +42,10 @@ from minirlhf.trainers.sft import SFTConfig, train_sft
     (GRPOConfig, "save_every", -1, "save_every must be >= 0"),
     (GRPOConfig, "save_every", 5, "save_every=5 needs an out_dir"),
     (GRPOConfig, "keep_checkpoints", 0, "keep_checkpoints must be > 0"),
-    (ReinforceConfig, "ema_decay", 1.0, r"ema_decay must be in \[0, 1\)"),
+    (ReinforceConfig, "ema_decay", 1.0, r"ema_decay must lie in \[0, 1\)"),
+    (GRPOConfig, "lr", float("inf"), "lr must be > 0 and finite, got inf"),
+    (GRPOConfig, "beta", float("nan"), "beta must be >= 0, got nan"),
+    (DPOConfig, "beta", float("inf"), "beta must be > 0 and finite, got inf"),
 ])
 def test_invalid_config_values_are_named(config_cls, field, value, message):
     with pytest.raises(ValueError, match=f"{config_cls.__name__}.{message}"):

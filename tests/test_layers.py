@@ -29,6 +29,7 @@ FLOORS = {
     "minirlhf.presets": 0,
     "minirlhf.cuda_graphs": 0,
     "minirlhf.diagnostics": 0,
+    "minirlhf.checks": 0,  # the argument checks (positive, interval, choice) the losses and the configs share
     "minirlhf.errors": 0,  # UserError and the environment-flag reader: every floor raises and reads them
     "minirlhf.data": 1,
     "minirlhf.tasks": 2,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import math
 import numbers
 import os
 import random
@@ -21,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from minirlhf.checks import check_choice, check_non_negative, check_positive
 from minirlhf.errors import UserError
 from minirlhf.models import check_tokenizer, eval_mode, load_model
 from minirlhf.precision import PRECISIONS
@@ -146,31 +146,30 @@ def _is_a(value: Any, declared: type) -> bool:
 
 
 def require(config: Any, check: Callable[..., None], *names: str) -> None:
-    """Run a check of `minirlhf.losses` (e.g. `check_gae`) on the named fields; its error names the config class."""
+    """Run a rule of `minirlhf.losses` over several fields together (e.g. `check_gae`); its error names the config
+    class."""
     try:
         check(*(getattr(config, name) for name in names))
     except ValueError as err:
         raise ValueError(f"{type(config).__name__}.{err}") from None
 
 
+# The checks of `minirlhf.checks` (the one family, shared with the losses) on a config's fields, each named as
+# GRPOConfig.eps in its error.
+
+
 def require_positive(config: Any, *names: str) -> None:
     for name in names:
-        value = getattr(config, name)
-        if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-            raise ValueError(f"{type(config).__name__}.{name} must be > 0, got {value!r}")
+        check_positive(f"{type(config).__name__}.{name}", getattr(config, name))
 
 
 def require_non_negative(config: Any, *names: str) -> None:
     for name in names:
-        value = getattr(config, name)
-        if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{type(config).__name__}.{name} must be >= 0, got {value!r}")
+        check_non_negative(f"{type(config).__name__}.{name}", getattr(config, name))
 
 
 def require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
-    value = getattr(config, name)
-    if value not in choices:
-        raise ValueError(f"{type(config).__name__}.{name} must be one of {list(choices)}, got {value!r}")
+    check_choice(f"{type(config).__name__}.{name}", getattr(config, name), choices)
 
 
 def require_same_task(config: TrainConfig) -> None:

@@ -1,0 +1,59 @@
+"""The argument checks every floor shares: one rule per kind of setting, one message shape.
+
+Each check takes the argument's name and its value and raises a ValueError naming both:
+
+    check_positive("beta", -0.1)                   beta must be > 0, got -0.1
+    check_positive("beta", inf)                    beta must be > 0 and finite, got inf
+    check_non_negative("rpo_alpha", nan)           rpo_alpha must be >= 0 and finite, got nan
+    check_interval("gamma", 1.5, 0.0, 1.0)         gamma must lie in [0.0, 1.0], got 1.5
+    check_choice("loss_type", "x", ("sigmoid",))   loss_type must be one of: sigmoid; got 'x'
+
+A number here is a real number that is not a bool (True is an int in Python, not a β), and a bound is finite: an
+inf or NaN hyperparameter would reach every loss and every gradient. The losses call these on their arguments;
+the configs call them on their fields (`trainers.common.require_positive`, ...), named as GRPOConfig.beta.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _is_finite(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) or math.isfinite(value)  # an int is finite, even one beyond float
+
+
+def check_positive(name: str, value: Any) -> None:
+    """A finite number > 0 (a learning rate, a clip range ε, a KL weight β that must act)."""
+    _check_bound(name, value, ">")
+
+
+def check_non_negative(name: str, value: Any) -> None:
+    """A finite number >= 0 (a weight that 0 switches off)."""
+    _check_bound(name, value, ">=")
+
+
+def _check_bound(name: str, value: Any, relation: str) -> None:
+    if not _is_number(value) or not (value > 0 if relation == ">" else value >= 0):  # NaN fails the comparison
+        raise ValueError(f"{name} must be {relation} 0, got {value!r}")
+    if not _is_finite(value):
+        raise ValueError(f"{name} must be {relation} 0 and finite, got {value!r}")
+
+
+def check_interval(name: str, value: Any, low: float, high: float, high_included: bool = True) -> None:
+    """A number in [low, high] (or [low, high) when `high_included` is false); NaN lies in no interval."""
+    inside = _is_number(value) and low <= value and (value <= high if high_included else value < high)
+    if not inside:
+        raise ValueError(f"{name} must lie in [{low}, {high}{']' if high_included else ')'}, got {value!r}")
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> None:
+    """One of the named `choices` (a string setting such as a loss type)."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of: {', '.join(choices)}; got {value!r}")
