@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerBase
 
 from minirlhf.cuda_graphs import StaticDecoder, supports_static_decoding
 from minirlhf.logprobs import cache_keyword, logprobs_from_logits, position_ids_from_mask
-from minirlhf.models import context_size
+from minirlhf.models import context_size, eval_mode
 
 DECODERS = ("auto", "dynamic", "static", "graph")
 
@@ -109,55 +109,53 @@ def sample(
     first, total = batch_rows or (0, B)
     rows = slice(first, first + B)
 
-    was_training = model.training
-    model.eval()
-    tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
-    token_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N)
-    alive = torch.ones(B, dtype=torch.bool, device=device)  # no EOS yet
-    lengths = torch.zeros(B, dtype=torch.long, device=device)  # response length incl. EOS
-    # First the n prompts; their KV cache and last logits are then repeated G times (row i*G + g <- prompt i).
-    position_ids = position_ids_from_mask(prompt_mask)
-    out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids, use_cache=True)
-    prompt_of_row = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # (B,)
-    cache = getattr(out, keyword)
-    cache.reorder_cache(prompt_of_row)
-    logits = out.logits[prompt_of_row, -1].float()  # (B, V)
-    prompt_ids, prompt_mask = prompt_ids[prompt_of_row], prompt_mask[prompt_of_row]  # (B, P)
-    position_ids = position_ids[prompt_of_row, -1:]  # (B, 1) the last prompt position, +1 per new token
-    attention_mask = prompt_mask  # (B, P), grows by one column per new token
-    static = None
-    if decoder != "dynamic":  # the prompt's cache moves into a preallocated one; the loop then calls static.step
-        static = StaticDecoder(model, cache, attention_mask, position_ids, max_new_tokens, graph=decoder == "graph")
-        cache = None
-    # Then one token per step for all B rows, reusing the KV cache.
-    for t in range(max_new_tokens):
-        if greedy:
-            next_token = logits.argmax(-1)
-        else:
-            probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
-            next_token = (probs / _exponential_noise(total, probs, generator)[rows]).argmax(-1)
-        next_token = torch.where(alive, next_token, torch.full_like(next_token, pad_id))
-        tokens[:, t] = next_token
-        token_logp[:, t] = torch.where(alive, logprobs_from_logits(logits, next_token, temperature), 0.0)
-        lengths += alive.long()
-        alive &= next_token != eos_id
-        if not bool(alive.any()) or t + 1 == max_new_tokens:
-            break
-        if static is not None:
-            logits = static.step(next_token)  # (B, V)
-            continue
-        # the new token is attended (even after EOS: masking it changes nothing for finished rows)
-        attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
-        position_ids = position_ids + 1
-        out = model(
-            input_ids=next_token[:, None], attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-            **{keyword: cache},
-        )
+    with eval_mode(model):  # dropout off while sampling; the model's own mode is restored after
+        tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
+        token_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N)
+        alive = torch.ones(B, dtype=torch.bool, device=device)  # no EOS yet
+        lengths = torch.zeros(B, dtype=torch.long, device=device)  # response length incl. EOS
+        # First the n prompts; their KV cache and last logits are then repeated G times (row i*G + g <- prompt i).
+        position_ids = position_ids_from_mask(prompt_mask)
+        out = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=position_ids, use_cache=True)
+        prompt_of_row = torch.arange(len(prompts), device=device).repeat_interleave(group_size)  # (B,)
         cache = getattr(out, keyword)
-        logits = out.logits[:, -1].float()  # (B, V)
-    if batch_rows is not None and not greedy:
-        _draw_like_the_other_processes(t + 1, total, probs, generator)
-    model.train(was_training)
+        cache.reorder_cache(prompt_of_row)
+        logits = out.logits[prompt_of_row, -1].float()  # (B, V)
+        prompt_ids, prompt_mask = prompt_ids[prompt_of_row], prompt_mask[prompt_of_row]  # (B, P)
+        position_ids = position_ids[prompt_of_row, -1:]  # (B, 1) the last prompt position, +1 per new token
+        attention_mask = prompt_mask  # (B, P), grows by one column per new token
+        static = None
+        if decoder != "dynamic":  # the prompt's cache moves into a preallocated one; the loop then calls static.step
+            static = StaticDecoder(model, cache, attention_mask, position_ids, max_new_tokens, graph=decoder == "graph")
+            cache = None
+        # Then one token per step for all B rows, reusing the KV cache.
+        for t in range(max_new_tokens):
+            if greedy:
+                next_token = logits.argmax(-1)
+            else:
+                probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+                next_token = (probs / _exponential_noise(total, probs, generator)[rows]).argmax(-1)
+            next_token = torch.where(alive, next_token, torch.full_like(next_token, pad_id))
+            tokens[:, t] = next_token
+            token_logp[:, t] = torch.where(alive, logprobs_from_logits(logits, next_token, temperature), 0.0)
+            lengths += alive.long()
+            alive &= next_token != eos_id
+            if not bool(alive.any()) or t + 1 == max_new_tokens:
+                break
+            if static is not None:
+                logits = static.step(next_token)  # (B, V)
+                continue
+            # the new token is attended (even after EOS: masking it changes nothing for finished rows)
+            attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
+            position_ids = position_ids + 1
+            out = model(
+                input_ids=next_token[:, None], attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                **{keyword: cache},
+            )
+            cache = getattr(out, keyword)
+            logits = out.logits[:, -1].float()  # (B, V)
+        if batch_rows is not None and not greedy:
+            _draw_like_the_other_processes(t + 1, total, probs, generator)
 
     N = max_new_tokens
     response_mask = torch.arange(N, device=device)[None, :] < lengths[:, None]  # (B, N)
