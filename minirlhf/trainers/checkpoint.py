@@ -51,6 +51,8 @@ from minirlhf.trainers.manifest import (
     MANIFEST_FILE,
     RUN_FILES,
     check_same_run,
+    fields_problem,
+    kind,
     new_manifest,
     read_manifest,
     record_files,
@@ -258,7 +260,7 @@ def checkpoint_problem(path: Path, modules: list[str] | None = None) -> str | No
         state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         return f"{path / STATE_FILE} cannot be read ({type(err).__name__}: {str(err)[:120]})"
-    problem = _state_problem(state)
+    problem = fields_problem(state, STATE_FIELDS, optional=("run_id",))
     if problem:
         return f"{path / STATE_FILE}: {problem}"
     for name in modules:
@@ -285,25 +287,9 @@ STATE_FIELDS = {
                 lambda v: isinstance(v, list) and all(isinstance(r, dict) and type(r.get("step")) is int for r in v)),
     "run_id": ("a string or null", lambda v: v is None or isinstance(v, str)),
 }
-# trainer_state.pt: field -> the types it may hold
-TRAINER_STATE_FIELDS = {"optimizer": (dict,), "scaler": (dict, type(None)), "rng": (dict,), "loop": (dict,)}
-
-
-def _state_problem(state: Any) -> str | None:
-    """What is wrong with the fields of a parsed state.json (None when each holds what it should)."""
-    if not isinstance(state, dict):
-        return f"expected a JSON object, got {type(state).__name__}"
-    for field, (expected, ok) in STATE_FIELDS.items():
-        if field not in state and field != "run_id":
-            return f"field {field!r} is missing"
-        if not ok(state.get(field)):
-            return f"field {field!r} must be {expected}, got {_short(state[field])}"
-    return None
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+# trainer_state.pt: field -> (what it must hold, in words; the test)
+TRAINER_STATE_FIELDS = {"optimizer": kind(dict), "scaler": kind(dict, type(None)), "rng": kind(dict),
+                        "loop": kind(dict)}
 
 
 def read_state(path: Path, modules: list[str] | None = None) -> dict[str, Any]:
@@ -320,14 +306,9 @@ def _read_trainer_state(path: Path) -> dict[str, Any]:
     except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for a damaged archive
         raise CheckpointDamaged(f"checkpoint {path} is damaged: {file} cannot be loaded ({type(err).__name__}: "
                                 f"{str(err)[:120]}). {_previous_intact(path)}") from None
-    if not isinstance(trainer_state, dict):
-        raise CheckpointDamaged(f"checkpoint {path} is damaged: {file} holds a {type(trainer_state).__name__}, "
-                                f"not the dict of fields {sorted(TRAINER_STATE_FIELDS)}. {_previous_intact(path)}")
-    for field, types in TRAINER_STATE_FIELDS.items():
-        if field not in trainer_state or not isinstance(trainer_state[field], types):
-            found = "missing" if field not in trainer_state else f"a {type(trainer_state[field]).__name__}"
-            raise CheckpointDamaged(f"checkpoint {path} is damaged: {file}, field {field!r} is {found}. "
-                                    f"{_previous_intact(path)}")
+    problem = fields_problem(trainer_state, TRAINER_STATE_FIELDS)
+    if problem:
+        raise CheckpointDamaged(f"checkpoint {path} is damaged: {file}: {problem}. {_previous_intact(path)}")
     return trainer_state
 
 

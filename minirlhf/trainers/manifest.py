@@ -21,6 +21,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,32 @@ def _file_of(value: Any, modules: bool = True) -> Path | None:
     return None
 
 
+def kind(*types: type) -> tuple[str, Callable[[Any], bool]]:
+    """A field of a run's record that holds one of `types`: (what it must hold, in words; the test)."""
+    words = " or ".join("None" if t is type(None) else f"a {t.__name__}" for t in types)
+    return words, lambda value: isinstance(value, types)
+
+
+def fields_problem(record: Any, fields: dict[str, tuple[str, Callable[[Any], bool]]],
+                   optional: tuple[str, ...] = ()) -> str | None:
+    """What is wrong with a record read back from a run's files (the manifest, a checkpoint's state.json and
+    trainer_state.pt): not a dict, or a field missing or holding what it must not; None when every field holds what
+    it should. `fields`: name -> (what it must hold, in words; the test); an `optional` field may be absent."""
+    if not isinstance(record, dict):
+        return f"expected a dict of the fields {', '.join(fields)}, got a {type(record).__name__}"
+    for field, (expected, ok) in fields.items():
+        if field not in record and field not in optional:
+            return f"field {field!r} is missing"
+        if not ok(record.get(field)):
+            return f"field {field!r} must be {expected}, got {_short(record[field])}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+
+
 def new_manifest(config_dict: dict[str, Any], method: str, forked_from: dict[str, Any] | None = None) -> dict:
     data = data_identity(config_dict)
     return {"run_id": uuid.uuid4().hex[:16], "method": method, "model": config_dict.get("model"), "data": data,
@@ -89,7 +116,8 @@ def new_manifest(config_dict: dict[str, Any], method: str, forked_from: dict[str
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime()), "rewinds": []}
 
 
-MANIFEST_TYPES = {"run_id": str, "method": str, "data": dict, "fingerprints": dict, "files": list, "rewinds": list}
+MANIFEST_FIELDS = {"run_id": kind(str), "method": kind(str), "data": kind(dict), "fingerprints": kind(dict),
+                   "files": kind(list), "rewinds": kind(list)}
 
 
 def read_manifest(out_dir: str | os.PathLike) -> dict[str, Any] | None:
@@ -103,13 +131,9 @@ def read_manifest(out_dir: str | os.PathLike) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, ValueError) as err:
         raise CheckpointDamaged(f"run manifest {path} is damaged: it cannot be read "
                                 f"({type(err).__name__}: {err})") from None
-    if not isinstance(manifest, dict):
-        raise CheckpointDamaged(f"run manifest {path} is damaged: expected a JSON object, got "
-                                f"{type(manifest).__name__}")
-    for field, expected in MANIFEST_TYPES.items():
-        if not isinstance(manifest.get(field), expected):
-            raise CheckpointDamaged(f"run manifest {path} is damaged: field {field!r} must be a "
-                                    f"{expected.__name__}, got {manifest.get(field)!r:.60}")
+    problem = fields_problem(manifest, MANIFEST_FIELDS)
+    if problem:
+        raise CheckpointDamaged(f"run manifest {path} is damaged: {problem}")
     foreign = [name for name in manifest["files"] if name not in RUN_FILES]
     if foreign:  # a tampered list must never make --overwrite delete what no run writes (../.., a user's file)
         raise CheckpointDamaged(f"run manifest {path} is damaged: field 'files' lists {foreign[0]!r:.80}, which no "
