@@ -85,3 +85,18 @@ def test_a_task_object_is_recorded_by_name_and_compared_on_resume(tmp_path):
         online_task(sentiment.vader_task(), resume)
     assert online_task(arithmetic.task(), resume)[1].task == "arithmetic"
     assert online_task(None, resume)[0].name == "arithmetic"  # no object: config.task's (None = arithmetic)
+
+
+def test_the_two_sentiment_tasks_have_two_names_and_the_learned_one_is_not_rebuilt_from_its_name():
+    from minirlhf.tasks import sentiment
+    from minirlhf.tasks.registry import resolve_task
+
+    class FakeRM:
+        def score(self, prompts, completions, tokenizer=None):
+            return [0.0] * len(completions)
+
+    assert sentiment.vader_task().name == "sentiment" != sentiment.sentiment_task(FakeRM()).name
+    assert resolve_task(GRPOConfig(task="sentiment")).reward_fn is sentiment.sentiment_reward  # --task sentiment
+    with pytest.raises(ValueError, match=r"task 'sentiment-learned-reward' is made in Python by "
+                                         r"minirlhf.tasks.sentiment.sentiment_task\(reward_model\)"):
+        resolve_task(GRPOConfig(task=sentiment.LEARNED_REWARD_TASK))

@@ -17,7 +17,9 @@ from minirlhf.tasks import Task, arithmetic, sentiment
 from minirlhf.tasks.user import load_object, located_prompt_rows, prompts_task
 
 DEFAULT_TASK = "arithmetic"  # what an online run or SFT learns from when its config names no task and no prompts
-TASKS: dict[str, Callable[[], Task]] = {"arithmetic": arithmetic.task, "sentiment": sentiment.vader_task}
+TASKS: dict[str, Callable[[], Task]] = {"arithmetic": arithmetic.task, sentiment.VADER_TASK: sentiment.vader_task}
+# tasks a name cannot rebuild (their reward is a model): a run that learned from one resumes given the Task again
+MADE_IN_PYTHON = {sentiment.LEARNED_REWARD_TASK: "minirlhf.tasks.sentiment.sentiment_task(reward_model)"}
 SFT_DATA: dict[str, Callable[[], SFTData]] = {"arithmetic": arithmetic.sft_data}
 # a shipped pair set -> its sampling evaluation (model, tokenizer, ref_model=, n_prompts=, ...) -> dict (DPO)
 PAIR_EVALUATIONS: dict[str, Callable[..., dict[str, float]]] = {"sentiment": sentiment.evaluate_sentiment}
@@ -73,6 +75,9 @@ def _check_task_fields(task: str | None, prompts: str | None, reward=None, weigh
 
 
 def _made(name: str, shipped: dict[str, Callable[[], Any]], expected: type) -> Any:
+    if name in MADE_IN_PYTHON:
+        raise ValueError(f"task {name!r} is made in Python by {MADE_IN_PYTHON[name]}: pass that Task to the trainer "
+                         f"(a name cannot rebuild its reward model); the tasks a name gives: {', '.join(shipped)}")
     make = shipped.get(name) or load_object(name, "task")
     try:
         made = make()

@@ -89,6 +89,9 @@ def sentiment_reward(prompts: list[str], completions: list[str], **columns: Any)
 # The controlled-sentiment task for the trainers: held-out evaluation, and the Task for online methods.
 # --------------------------------------------------------------------------------------------------
 
+# The two sentiment tasks' names (a run records its task's name, and a resume compares it): VADER as the reward is the
+# shipped task `--task sentiment`; a learned reward model as the reward is made in Python (`sentiment_task`)
+VADER_TASK, LEARNED_REWARD_TASK = "sentiment", "sentiment-learned-reward"
 MAX_NEW_TOKENS = 32  # continuation budget: 99% of the base model's continuations end (EOS) within it; fits 64 positions
 
 
@@ -161,7 +164,7 @@ def sentiment_task(reward_model, ref_model: nn.Module | None = None, tokenizer=N
         return evaluate_sentiment(model, policy_tokenizer, ref_model=ref_model, reward_fn=learned_reward, **eval_kwargs)
 
     return Task(
-        name="sentiment",
+        name=LEARNED_REWARD_TASK,
         train_prompts=train_prompts,
         reward_fn=learned_reward,
         evaluate=evaluate,
@@ -173,7 +176,7 @@ def vader_task(**eval_kwargs: Any) -> Task:
     """The sentiment task rewarded by VADER itself (`python -m minirlhf grpo --task sentiment`): the reward is the
     ground truth, so there is no proxy to over-optimise. `eval_kwargs` go to `evaluate_sentiment`."""
     return Task(
-        name="sentiment",
+        name=VADER_TASK,
         train_prompts=train_prompts,
         reward_fn=sentiment_reward,
         evaluate=lambda model, tokenizer: evaluate_sentiment(model, tokenizer, **eval_kwargs),
