@@ -185,13 +185,21 @@ def load_preference_pairs(
     return _pairs_from_rows(rows, f"{source} ({split} split)", "row", skip_invalid)
 
 
+# The one shape of every held-out evaluation (a Task's, an SFTData's, a PreferenceData's):
+#     evaluate(model, tokenizer, **settings) -> {metric: value}
+# The trainers call it through `trainers.common.held_out_metrics` (eval mode, keys logged as eval/<metric>); the
+# settings are what a trainer's config says about evaluating (DPO: ref_model=, n_prompts=, samples_per_prompt=,
+# seed=, max_new_tokens=; the online trainers and SFT: none).
+Evaluation = Callable[..., dict[str, float]]
+
+
 @dataclass(frozen=True)
 class SFTData:
-    """What `train_sft` learns from: (prompt, completion) demonstrations, and optionally a held-out evaluation
-    `evaluate(model, tokenizer) -> dict` (e.g. `arithmetic.task().evaluate`)."""
+    """What `train_sft` learns from: (prompt, completion) demonstrations, and optionally a held-out `Evaluation`
+    (e.g. `arithmetic.task().evaluate`)."""
 
     examples: Sequence[tuple[str, str]]
-    evaluate: Callable[..., dict[str, float]] | None = None
+    evaluate: Evaluation | None = None
     sources: Sequence[str] = ()  # where each example came from ("prompts.jsonl, line 3"), for the errors
 
 
@@ -200,14 +208,14 @@ class PreferenceData:
     """What `train_reward_model` and `train_dpo` learn from.
 
     `test` pairs, when given, are scored at every evaluation (eval/accuracy, eval/margin, ...). `evaluate`, when
-    given, samples from a policy on held-out prompts: `evaluate(model, tokenizer, ref_model=, n_prompts=,
-    samples_per_prompt=, seed=, max_new_tokens=) -> dict`, as `tasks.sentiment.evaluate_sentiment` (DPO only;
+    given, is an `Evaluation` that samples from a policy on held-out prompts, given DPO's settings (ref_model=,
+    n_prompts=, samples_per_prompt=, seed=, max_new_tokens=), as `tasks.sentiment.evaluate_sentiment` (DPO only;
     `tasks.registry.shipped_preference_data` attaches it to the shipped pairs).
     """
 
     train: Sequence[PreferencePair]
     test: Sequence[PreferencePair] | None = None
-    evaluate: Callable[..., dict[str, float]] | None = None
+    evaluate: Evaluation | None = None
 
 
 def preference_data(source: PreferenceData | Sequence[PreferencePair] | str | os.PathLike) -> PreferenceData:

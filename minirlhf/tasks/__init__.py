@@ -1,6 +1,6 @@
 """Tasks: where prompts come from, how completions are scored, and how a policy is evaluated.
 
-The contract lives here: a `Task` (prompts, a `RewardFn`, a budget, an evaluation (model, tokenizer) -> dict) and
+The contract lives here: a `Task` (prompts, a `RewardFn`, a budget, an `Evaluation` (model, tokenizer) -> dict) and
 `call_reward`, the one call that checks a reward function's answer. `registry` names the shipped tasks and pairs.
 
 - `arithmetic`: the verifiable-reward task (exact-answer reward) for REINFORCE/RLOO, PPO and GRPO.
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from minirlhf.data import Evaluation
 from minirlhf.errors import UserError
 
 RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
@@ -36,7 +37,7 @@ class Task:
     train_prompts: Callable[[int, random.Random], list[str] | list[dict[str, Any]]]
     reward_fn: RewardFn  # reward_fn(prompts, completions, **columns) -> one float each
     max_new_tokens: int  # response budget when sampling
-    evaluate: Callable[..., dict[str, float]] | None = None  # (model, tokenizer) -> held-out metrics; None = none
+    evaluate: Evaluation | None = None  # (model, tokenizer) -> held-out metrics (data.Evaluation); None = none
     # (where, prompt) of every training prompt when the set is finite (a file): each is checked to fit the model's
     # context with max_new_tokens before the first step; () for a task that makes its prompts up
     prompts: Sequence[tuple[str, str]] = ()

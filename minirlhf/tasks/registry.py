@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from minirlhf.data import PreferenceData, PreferencePair, SFTData, preference_data
+from minirlhf.data import Evaluation, PreferenceData, PreferencePair, SFTData, preference_data
 from minirlhf.tasks import Task, arithmetic, sentiment
 from minirlhf.tasks.user import load_object, located_prompt_rows, prompts_task
 
@@ -22,7 +22,7 @@ TASKS: dict[str, Callable[[], Task]] = {"arithmetic": arithmetic.task, sentiment
 MADE_IN_PYTHON = {sentiment.LEARNED_REWARD_TASK: "minirlhf.tasks.sentiment.sentiment_task(reward_model)"}
 SFT_DATA: dict[str, Callable[[], SFTData]] = {"arithmetic": arithmetic.sft_data}
 # a shipped pair set -> its sampling evaluation (model, tokenizer, ref_model=, n_prompts=, ...) -> dict (DPO)
-PAIR_EVALUATIONS: dict[str, Callable[..., dict[str, float]]] = {"sentiment": sentiment.evaluate_sentiment}
+PAIR_EVALUATIONS: dict[str, Evaluation] = {"sentiment": sentiment.evaluate_sentiment}
 
 
 def resolve_task(config: Any) -> Task:

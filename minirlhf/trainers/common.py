@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from minirlhf.checks import check_choice, check_non_negative, check_positive
+from minirlhf.data import Evaluation
 from minirlhf.errors import UserError
 from minirlhf.models import check_tokenizer, eval_mode, load_model
 from minirlhf.precision import PRECISIONS
@@ -294,13 +295,13 @@ def optimizer_step(
 EVAL_PREFIX = "eval/"  # held-out metrics are logged as eval/<name>, beside the training metrics of the same name
 
 
-def held_out_metrics(evaluate: Callable[..., dict[str, float]] | None, model: nn.Module, tokenizer) -> dict:
-    """`evaluate(model, tokenizer)` in eval mode, keys prefixed "eval/"; the model's mode is restored after. Every
-    trainer's held-out evaluation goes through here (one evaluation shape: (model, tokenizer) -> dict)."""
+def held_out_metrics(evaluate: Evaluation | None, model: nn.Module, tokenizer, **settings: Any) -> dict:
+    """`evaluate(model, tokenizer, **settings)` in eval mode, keys prefixed "eval/"; the model's mode is restored
+    after. Every trainer's held-out evaluation goes through here (one shape, `data.Evaluation`)."""
     if evaluate is None:
         return {}
     with eval_mode(model):
-        return {f"{EVAL_PREFIX}{k}": v for k, v in evaluate(model, tokenizer).items()}
+        return {f"{EVAL_PREFIX}{k}": v for k, v in evaluate(model, tokenizer, **settings).items()}
 
 
 def progress(iterable, enabled: bool, desc: str):

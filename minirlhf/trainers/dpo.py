@@ -23,18 +23,19 @@ from __future__ import annotations
 import torch
 
 from minirlhf.data import PreferenceData, PreferencePair
-from minirlhf.models import frozen_copy
 from minirlhf.trainers.preference import (
     REFERENCE_FREE_LOSS_TYPES,
     DPOConfig,
     all_pair_logps,
     encode_pairs,
+    finish_preference,
     next_rows,
     pair_accuracy,
     pair_lengths,
     pair_logps,
     preference_loss,
     preference_run,
+    settle_reference,
     start_preference,
 )
 
@@ -62,24 +63,16 @@ def train_dpo(
     continuations sampled for held-out prompts, with eval/kl = KL(p_θ || p_ref) on those samples (not with
     `precompute_ref`, where p_ref is no longer in memory).
     """
-    config = config or DPOConfig()
-    if config.loss_type == "kto":
-        raise ValueError("train_dpo: loss_type='kto' learns from unpaired examples: use trainers.kto.train_kto")
     # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
-    # without dropout, the context size and the length check, epochs -> steps.
-    s = start_preference(data, config, model, tokenizer)
+    # without dropout, the context size and the length check, epochs -> steps; then p_ref (`settle_reference`).
+    s = start_preference(data, config or DPOConfig(), model, tokenizer)
     config, runtime, model, tokenizer, data = s.config, s.runtime, s.model, s.tokenizer, s.data
     max_length = s.max_length
-
-    # p_ref: either log-probs for every pair, computed now by the untouched model, or a frozen copy in memory.
-    # SimPO and ORPO have no p_ref in their loss: the copy is kept only for the KL of the sampled evaluation.
+    # p_ref: log-probs for every pair, computed now by the untouched model, or a frozen copy in memory. SimPO and
+    # ORPO have no p_ref in their loss: the copy is kept only for the KL of the sampled evaluation.
     reference_free = config.loss_type in REFERENCE_FREE_LOSS_TYPES
-    if config.precompute_ref:
-        ref = None
-        with runtime.autocast():  # the precision the live p_ref would have
-            ref_chosen_all, ref_rejected_all = all_pair_logps(model, tokenizer, data.train, max_length)  # (N,)
-    else:
-        ref = frozen_copy(model) if config.eval_prompts or not reference_free else None
+    ref, ref_logps = settle_reference(s, lambda p_ref: all_pair_logps(p_ref, tokenizer, data.train, max_length),
+                                      copy=bool(config.eval_prompts) or not reference_free)  # (N,), (N,)
     run, train_model = preference_run(s, ref, callbacks)  # held-out p_ref, evaluation, AdamW, Run
     order: list[int] = run.loop_state.get("order", [])  # pairs of this epoch not yet used
     device = next(model.parameters()).device
@@ -96,7 +89,7 @@ def train_dpo(
             if reference_free:
                 ref_chosen = ref_rejected = None
             elif config.precompute_ref:
-                ref_chosen, ref_rejected = ref_chosen_all[rows].clone(), ref_rejected_all[rows].clone()
+                ref_chosen, ref_rejected = (r[rows].clone() for r in ref_logps)
             else:
                 with torch.inference_mode():
                     ref_chosen, ref_rejected = (r.clone() for r in pair_logps(ref, encoded))
@@ -117,6 +110,4 @@ def train_dpo(
         }
         run.log(step, metrics, order=order)
 
-    run.finish(model, tokenizer, s.steps)  # the final policy, after the last update
-    model.eval()
-    return model, tokenizer, run.history
+    return finish_preference(s, run)

@@ -30,8 +30,14 @@ from minirlhf.data import (
 )
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
 from minirlhf.losses import kto_loss
-from minirlhf.models import frozen_copy
-from minirlhf.trainers.preference import DPOConfig, next_rows, preference_run, start_preference
+from minirlhf.trainers.preference import (
+    DPOConfig,
+    finish_preference,
+    next_rows,
+    preference_run,
+    settle_reference,
+    start_preference,
+)
 
 
 def mismatched_partners(examples: list[UnpairedExample], rng: random.Random) -> list[int]:
@@ -71,16 +77,11 @@ def train_kto(
     Logged every step: loss, rewards/desirable and rewards/undesirable (mean β r_θ of each class in the batch;
     NaN when the batch holds none of the class), kl (z_ref), logps/desirable, logps/undesirable, grad_norm;
     every `eval_every` steps the same held-out evaluation as DPO."""
-    config = config or DPOConfig(loss_type="kto")
-    if config.loss_type != "kto":
-        raise ValueError(f"train_kto needs DPOConfig(loss_type='kto'), got loss_type={config.loss_type!r}")
     # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
-    # without dropout, the context size and the length check, epochs -> steps.
-    s = start_preference(data, config, model, tokenizer)
-    config, runtime, model, tokenizer, data = s.config, s.runtime, s.model, s.tokenizer, s.data
-    max_length = s.max_length
-    rng = s.rng
-    examples = unpaired_examples(data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
+    # without dropout, the context size and the length check, epochs -> steps; then p_ref (`settle_reference`).
+    s = start_preference(data, config or DPOConfig(loss_type="kto"), model, tokenizer, kto=True)
+    config, runtime, model, tokenizer, max_length, rng = s.config, s.runtime, s.model, s.tokenizer, s.max_length, s.rng
+    examples = unpaired_examples(s.data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
     partners = mismatched_partners(examples, rng)  # example j's z_ref term scores (x_j, y of example partners[j])
     prompts = [e.prompt for e in examples]
     completions = [e.completion for e in examples]
@@ -89,16 +90,12 @@ def train_kto(
     device = next(model.parameters()).device
 
     # p_ref: log-probs of every example and its mismatched pair, computed now, or a frozen copy in memory.
-    if config.precompute_ref:
-        ref = None
-        with torch.inference_mode(), runtime.autocast():
-            ref_all, ref_kl_all = (
-                torch.cat([example_logps(model, tokenizer, prompts[i : i + 256], texts[i : i + 256], max_length,
-                                         device) for i in range(0, len(examples), 256)])
-                for texts in (completions, mismatched)
-            )  # (2N,) each
-    else:
-        ref = frozen_copy(model)
+    def all_example_logps(p_ref) -> tuple[torch.Tensor, torch.Tensor]:  # (2N,) each
+        return tuple(torch.cat([example_logps(p_ref, tokenizer, prompts[i : i + 256], texts[i : i + 256], max_length,
+                                              device) for i in range(0, len(examples), 256)])
+                     for texts in (completions, mismatched))
+
+    ref, ref_logps = settle_reference(s, all_example_logps)
     run, train_model = preference_run(s, ref, callbacks)  # held-out p_ref, evaluation, AdamW, Run
     order: list[int] = run.loop_state.get("order", [])  # examples of this epoch not yet used
     for step in run.steps("kto", s.steps):
@@ -117,7 +114,7 @@ def train_kto(
                 kl_logp = example_logps(model, tokenizer, x, y_mismatched, max_length, device)  # (2B,)
             # 2. log p_ref of both: looked up, or forwards of the frozen copy
             if config.precompute_ref:
-                ref_logp, ref_kl_logp = ref_all[rows].clone().to(device), ref_kl_all[rows].clone().to(device)
+                ref_logp, ref_kl_logp = (r[rows].clone().to(device) for r in ref_logps)
             else:
                 with torch.inference_mode():
                     ref_logp = example_logps(ref, tokenizer, x, y, max_length, device).clone()
@@ -140,6 +137,4 @@ def train_kto(
         }
         run.log(step, metrics, order=order)
 
-    run.finish(model, tokenizer, s.steps)  # the final policy, after the last update
-    model.eval()
-    return model, tokenizer, run.history
+    return finish_preference(s, run)

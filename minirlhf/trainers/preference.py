@@ -4,7 +4,9 @@ The config of the DPO family (`DPOConfig`), pair encoding and the pairs' log-pro
 preference loss dispatch (`preference_loss`), the held-out evaluation, and the preamble of a preference run:
 the pairs (a shipped set brings its sampling evaluation), runtime, seed, p_θ without dropout, the context size
 and the length check, epochs -> steps (`start_preference`); then, once p_ref is settled, the held-out reference
-log-probs, the evaluation, AdamW and the `Run` (`preference_run`); and the shuffled batches (`next_rows`).
+log-probs, the evaluation, AdamW and the `Run` (`preference_run`), with p_ref settled in between
+(`settle_reference`: precomputed log-probs or a frozen copy); the shuffled batches (`next_rows`); the end
+(`finish_preference`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -30,7 +34,7 @@ from minirlhf.losses import (
     pair_accuracy,
     simpo_loss,
 )
-from minirlhf.models import context_size, disable_dropout
+from minirlhf.models import context_size, disable_dropout, frozen_copy
 from minirlhf.tasks.registry import shipped_preference_data
 from minirlhf.tasks.sentiment import MAX_NEW_TOKENS
 from minirlhf.trainers.common import (
@@ -163,18 +167,16 @@ def evaluate_preferences(model, tokenizer, ref, data: PreferenceData, test_ref, 
     when the data has a sampling evaluation (the shipped "sentiment" pairs: VADER), its metrics on continuations
     sampled for held-out prompts, with KL(p_θ || p_ref) on them (when `ref` is in memory)."""
 
-    def evaluate(model, tokenizer) -> dict[str, float]:
-        metrics = {}
-        if data.test:
-            metrics |= evaluate_implicit_rewards(model, tokenizer, data.test, *test_ref, config, max_length)
-        if data.evaluate is not None and config.eval_prompts:
-            metrics |= data.evaluate(
-                model, tokenizer, ref_model=ref, n_prompts=config.eval_prompts,
-                samples_per_prompt=config.eval_samples, seed=config.seed, max_new_tokens=config.max_new_tokens,
-            )
-        return metrics
-
-    return held_out_metrics(evaluate, model, tokenizer)
+    metrics = {}
+    if data.test:
+        metrics |= held_out_metrics(evaluate_implicit_rewards, model, tokenizer, pairs=data.test,
+                                    ref_chosen=test_ref[0], ref_rejected=test_ref[1], config=config,
+                                    max_length=max_length)
+    if data.evaluate is not None and config.eval_prompts:
+        metrics |= held_out_metrics(data.evaluate, model, tokenizer, ref_model=ref, n_prompts=config.eval_prompts,
+                                    samples_per_prompt=config.eval_samples, seed=config.seed,
+                                    max_new_tokens=config.max_new_tokens)
+    return metrics
 
 
 @torch.no_grad()
@@ -211,10 +213,15 @@ class PreferenceStart:
     steps: int  # config.steps, or ceil(epochs · n_pairs / batch_size)
 
 
-def start_preference(data, config: DPOConfig, model=None, tokenizer=None) -> PreferenceStart:
-    """The first half of the preamble DPO and KTO share: the pairs (`config.pairs` when `data` is None), runtime,
-    seeds, p_θ with dropout off (p_θ and p_ref must give identical log-probs for identical weights), the context
-    size, every pair checked against it (long completions are cut, with a warning), and epochs -> steps."""
+def start_preference(data, config: DPOConfig, model=None, tokenizer=None, kto: bool = False) -> PreferenceStart:
+    """The first half of the preamble DPO and KTO share: the loss type checked against the trainer (`kto`: KTO's
+    unpaired examples, else pairs), the pairs (`config.pairs` when `data` is None), runtime, seeds, p_θ with dropout
+    off (p_θ and p_ref must give identical log-probs for identical weights), the context size, every pair checked
+    against it (long completions are cut, with a warning), and epochs -> steps."""
+    if kto and config.loss_type != "kto":
+        raise ValueError(f"train_kto needs DPOConfig(loss_type='kto'), got loss_type={config.loss_type!r}")
+    if not kto and config.loss_type == "kto":
+        raise ValueError("train_dpo: loss_type='kto' learns from unpaired examples: use trainers.kto.train_kto")
     data = shipped_preference_data(config.pairs if data is None else data)
     runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
     set_seed(config.seed)
@@ -226,6 +233,17 @@ def start_preference(data, config: DPOConfig, model=None, tokenizer=None) -> Pre
     steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
     model.eval()
     return PreferenceStart(data, config, runtime, model, tokenizer, rng, max_length, steps)
+
+
+def settle_reference(s: PreferenceStart, precompute: Callable[[nn.Module], Any], copy: bool = True):
+    """p_ref, settled before the first update, as (frozen copy or None, precomputed log-probs or None). p_ref never
+    changes: with config.precompute_ref, `precompute(p_θ)` scores every training example now, while p_θ is still
+    p_ref (in the run's precision, without autograd), and no copy is kept (one model in memory instead of two);
+    otherwise a frozen copy scores each batch, made when `copy` (the loss or the sampled evaluation reads it)."""
+    if s.config.precompute_ref:
+        with torch.inference_mode(), s.runtime.autocast():
+            return None, precompute(s.model)
+    return (frozen_copy(s.model) if copy else None), None
 
 
 def preference_run(s: PreferenceStart, ref: nn.Module | None, callbacks=()) -> tuple[Run, nn.Module]:
@@ -252,3 +270,11 @@ def next_rows(order: list[int], size: int, n: int, rng: random.Random) -> tuple[
     and what is left of the order (kept in checkpoints, so that a resumed run draws the same batches)."""
     order = order or rng.sample(range(n), n)
     return [order.pop() for _ in range(min(size, len(order)))], order
+
+
+def finish_preference(s: PreferenceStart, run: Run):
+    """The end of a preference run: the final evaluation and the saved policy (`Run.finish`), p_θ left in eval
+    mode. Returns (model, tokenizer, history)."""
+    run.finish(s.model, s.tokenizer, s.steps)  # the final policy, after the last update
+    s.model.eval()
+    return s.model, s.tokenizer, run.history

@@ -206,8 +206,7 @@ def train_reward_model(
     rng = random.Random(config.seed)
 
     def evaluate() -> dict[str, float]:
-        return held_out_metrics(lambda m, t: evaluate_pairs(m, t, data.test, max_length=max_length), reward_model,
-                                tokenizer)
+        return held_out_metrics(evaluate_pairs, reward_model, tokenizer, pairs=data.test, max_length=max_length)
 
     run = Run(config, runtime, optimizer, reward_model.parameters(), {"order": rng}, evaluate if data.test else None,
               callbacks, model=reward_model)
