@@ -94,6 +94,9 @@ class GRPOConfig(OnlineConfig):
         if self.eps_high is not None:
             require_positive(self, "eps_high")
         require(self, check_group_size, "group_size")
+        if self.max_sampling_rounds != 4 and not self.dynamic_sampling:
+            raise ValueError(f"GRPOConfig.max_sampling_rounds={self.max_sampling_rounds!r} caps dynamic sampling, "
+                             "which is off: give dynamic_sampling=true too, or drop it")
 
 
 def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
