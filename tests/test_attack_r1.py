@@ -5,6 +5,7 @@ issue 27 left open, run as a new user would. Each finding is fixed at its door a
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import typing
 
@@ -150,3 +151,156 @@ def test_a_recipe_never_changes_a_resumed_run_silently(monkeypatch, dapo_run, re
     else:
         cli._main(argv)
         assert {name: getattr(seen[0], name) for name in run} == run
+
+
+# ----------------------------------------------------------------------------- prompt and pair files (issue 27)
+
+ROWS = {"prompts": {"prompt": "1+1=", "answer": "2"}, "pairs": {"prompt": "a", "chosen": "b", "rejected": "c"}}
+white = st.text(alphabet=" \t\r\u00a0\u2003\u3000\x0b\x0c", min_size=1, max_size=4)
+
+
+def _load(kind: str, path):
+    from minirlhf.data import load_preference_pairs
+    from minirlhf.tasks.user import load_prompt_rows
+
+    return load_prompt_rows(path) if kind == "prompts" else load_preference_pairs(path)
+
+
+def _line(items: list[tuple[str, object]]) -> str:
+    """A JSON object written key by key (so that a key may appear twice)."""
+    return "{" + ", ".join(f"{json.dumps(key)}: {json.dumps(value)}" for key, value in items) + "}"
+
+
+@FUZZ
+@given(st.sampled_from(sorted(ROWS)), st.integers(1, 4), st.integers(0, 4))
+def test_a_byte_order_mark_is_accepted_at_the_file_start_and_named_elsewhere(tmp_path, kind, n_rows, mark_line):
+    """Found: a file saved "UTF-8 with BOM" (Notepad, Excel) was refused at line 1. A mark at the start is now read
+    past, as most tools do; one inside the file (two files concatenated) is still an error naming its line."""
+    lines = [json.dumps(ROWS[kind]) for _ in range(n_rows)]
+    plain = _load(kind, _write(tmp_path, "plain.jsonl", "\n".join(lines)))
+    mark_line = min(mark_line, n_rows - 1)
+    lines[mark_line] = "\ufeff" + lines[mark_line]
+    marked = _write(tmp_path, "marked.jsonl", "\n".join(lines))
+    if mark_line == 0:
+        assert _load(kind, marked) == plain
+    else:
+        with pytest.raises(ValueError, match=rf"marked\.jsonl, line {mark_line + 1}: invalid JSON \(Unexpected UTF-8"):
+            _load(kind, marked)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(ROWS)), st.integers(0, 2), st.data())
+def test_a_key_written_twice_in_a_row_is_refused_naming_file_line_and_key(tmp_path, kind, line, data):
+    """Found: {"prompt": "1+1=", "prompt": "2+2="} trained on the last value silently (json keeps the last)."""
+    items = list(ROWS[kind].items())
+    key = data.draw(st.sampled_from([k for k, _ in items] + ["extra"]), label="key")
+    at = data.draw(st.integers(0, len(items)), label="at")
+    doubled = items[:at] + [(key, data.draw(st.text(alphabet="xyz", min_size=1, max_size=3)))] + items[at:]
+    if key == "extra":  # the first occurrence must be there too
+        doubled.insert(0, ("extra", "1"))
+    lines = [_line(items)] * line + [_line(doubled)] + [_line(items)]
+    with pytest.raises(ValueError, match=rf"rows\.jsonl, line {line + 1}: key '{key}' appears twice in one object"):
+        _load(kind, _write(tmp_path, "rows.jsonl", "\n".join(lines)))
+
+
+@FUZZ
+@given(st.sampled_from(["prompts", "sft", "pairs"]), st.integers(0, 2), white, st.data())
+def test_a_text_field_of_white_space_only_is_refused_naming_file_line_and_field(tmp_path, kind, line, blank, data):
+    """Found: a prompts file row {"prompt": "  "} was accepted (pairs already refused one)."""
+    from minirlhf.tasks.user import load_prompt_rows
+
+    row = {**ROWS["prompts"], "completion": "2"} if kind == "sft" else ROWS[kind]
+    field = data.draw(st.sampled_from({"prompts": ["prompt"], "sft": ["prompt", "completion"],
+                                       "pairs": ["prompt", "chosen", "rejected"]}[kind]), label="field")
+    lines = [json.dumps(row)] * line + [json.dumps({**row, field: blank})]
+    path = _write(tmp_path, "rows.jsonl", "\n".join(lines))
+    with pytest.raises(ValueError, match=rf"rows\.jsonl, line {line + 1}: field '{field}'"):
+        load_prompt_rows(path, required=("prompt", "completion")) if kind == "sft" else _load(kind, path)
+
+
+def _write(folder, name: str, text: str):
+    path = folder / name
+    path.write_bytes(text.encode("utf-8"))
+    return path
+
+
+hub_names = st.from_regex(r"[a-z][a-z0-9-]{0,8}/[a-z][a-z0-9_.-]{0,8}", fullmatch=True)
+
+
+@FUZZ
+@given(st.sampled_from(["prompts", "pairs"]), hub_names | st.sampled_from(["local.jsonl", "local-folder", "sentiment"]))
+def test_a_hub_dataset_is_recorded_in_run_json_as_checked_by_name_only(tmp_path, field, source):
+    """Found: `--prompts owner/name` (a hub dataset) left run.json without a word on its content: no fingerprint, and
+    nothing saying that a resume cannot check it. Now run.json's `by_name_only` names it and says what is unchecked;
+    a local file keeps its sha256 fingerprint, and a shipped name is neither."""
+    from minirlhf.trainers.manifest import new_manifest
+
+    (tmp_path / "local.jsonl").write_text(json.dumps(ROWS["pairs"]) + "\n")
+    (tmp_path / "local-folder").mkdir(exist_ok=True)
+    value = str(tmp_path / source) if source.startswith("local") else source
+    manifest = new_manifest({field: value}, "GRPOConfig")
+    is_hub = "/" in source and not source.startswith("local")
+    assert manifest["data"] == {field: value}
+    if is_hub:
+        assert manifest["by_name_only"] == {field: f"hub dataset {value!r}: recorded by name only; its rows are not "
+                                                   "fingerprinted, so a change on the hub since the run started is not "
+                                                   "detected"}
+    else:
+        assert manifest["by_name_only"] == {}
+    assert (field in manifest["fingerprints"]) == (source == "local.jsonl")
+
+
+# ----------------------------------------------------------------------------- the notebooks' Colab set-up cell
+
+
+def _colab_install_part() -> str:
+    """The setup cell of the notebooks (as scripts/sync_notebooks.py writes it), up to its imports of torch and
+    minirlhf: the part that runs on Colab before minirlhf is installed."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("sync_notebooks", Path(__file__).parent.parent / "scripts"
+                                                  / "sync_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.setup_cell(module.repository_url()).split("\nimport torch")[0]
+
+
+good_urls = (st.from_regex(r"https://github\.com/[a-z0-9-]{1,8}/[a-z0-9_.-]{1,8}(@[a-z0-9.]{1,5})?", fullmatch=True)
+             | st.from_regex(r"file:///[a-z0-9_/]{1,12}", fullmatch=True)
+             | st.from_regex(r"ssh://git@[a-z]{1,6}\.com/[a-z]{1,6}/[a-z]{1,6}\.git", fullmatch=True))
+bad_urls = (st.just("")
+            | good_urls.map(lambda url: url.split("://", 1)[1])  # no scheme: "github.com/owner/name"
+            | good_urls.map(lambda url: "git+" + url)  # pip's own prefix, which the cell adds
+            | st.tuples(good_urls, st.sampled_from([" ", "\t", "\n"]), st.booleans()).map(
+                lambda t: t[1] + t[0] if t[2] else t[0] + t[1])  # a space pasted before or after
+            | st.from_regex(r"git@github\.com:[a-z]{1,6}/[a-z]{1,6}\.git", fullmatch=True)  # scp-like: pip refuses it
+            | st.from_regex(r"(ftp|www|c):/?/?[a-z]{1,8}", fullmatch=True))
+
+
+@FUZZ
+@given(st.one_of(good_urls.map(lambda url: (url, True)), bad_urls.map(lambda url: (url, False))))
+def test_the_setup_cell_refuses_a_repository_address_pip_cannot_take_naming_the_variable(monkeypatch, case):
+    """Found: MINIRLHF_REPO_URL was handed to pip unchecked: an empty or mistyped value gave pip's own error about
+    "git+..." after a long wait. Now the cell refuses it first, naming the variable and its value."""
+    import subprocess
+    import sys
+    import types
+
+    url, good = case
+    colab = types.ModuleType("google.colab")
+    colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: None)
+    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setenv("MINIRLHF_REPO_URL", url)
+    installs = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: installs.append(argv) or
+                        subprocess.CompletedProcess(argv, 0, "", ""))
+    if good:
+        exec(_colab_install_part(), {})
+        assert installs[0][-1] == f"minirlhf[course] @ git+{url}"
+    else:
+        with pytest.raises(ValueError, match=r"environment variable MINIRLHF_REPO_URL=.* is not a git repository's") \
+                as refused:
+            exec(_colab_install_part(), {})
+        assert repr(url) in str(refused.value) and not installs
