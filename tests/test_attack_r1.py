@@ -304,3 +304,17 @@ def test_the_setup_cell_refuses_a_repository_address_pip_cannot_take_naming_the_
                 as refused:
             exec(_colab_install_part(), {})
         assert repr(url) in str(refused.value) and not installs
+
+
+@FUZZ
+@given(st.sampled_from(CONFIGS), st.integers(-2**70, 2**70))
+def test_a_seed_numpy_cannot_take_is_refused_naming_the_field(config_cls, seed):
+    """Found: `--seed -1` (or >= 2**32) ended with numpy's "Seed must be between 0 and 2**32 - 1", naming no field."""
+    import numpy as np
+
+    if 0 <= seed < 2**32:
+        np.random.RandomState(seed)  # the values a config takes are the values numpy takes
+        config_cls(seed=seed)
+    else:
+        with pytest.raises(ValueError, match=rf"{config_cls.__name__}\.seed must be in \[0, 2\*\*32 - 1\], got {seed}"):
+            config_cls(seed=seed)
