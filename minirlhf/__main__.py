@@ -28,7 +28,7 @@ import traceback
 from collections.abc import Callable
 
 from minirlhf.cli import add_config_arguments, config_from_args, given_fields
-from minirlhf.errors import TRACEBACK_ENV, env_flag, is_user_error
+from minirlhf.errors import TRACEBACK_ENV, UserError, env_flag, is_user_error
 from minirlhf.presets import PRESETS, preset
 
 # command -> (module of minirlhf.trainers, config class, train function, what the command learns from); imported when
@@ -110,6 +110,17 @@ def _spelled(fields: dict) -> str:
     return " ".join(f"--{name.replace('_', '-')} {value}" for name, value in shown.items())
 
 
+def _refuse_other_settings(config, defaults: dict, given: set[str], named: str) -> None:
+    """A resumed run keeps the settings of its config.json (a flag given by name still changes its field): a
+    --preset/--recipe that would set other values is refused, naming them, rather than silently ignored."""
+    differ = {name: value for name, value in defaults.items() if name not in given and getattr(config, name) != value}
+    if differ:
+        raise UserError(f"{named} with --resume {config.resume}: the run's config.json holds "
+                        + ", ".join(f"{name}={getattr(config, name)!r}" for name in differ) + f" where {named} sets "
+                        + ", ".join(f"{name}={value!r}" for name, value in differ.items()) + "; a resumed run keeps "
+                        f"its own settings: drop {named}, or give those flags to change them")
+
+
 TOOLS = {"demo": _demo, "sample": _sample}
 
 
@@ -163,7 +174,12 @@ def _main(argv: list[str]) -> None:
         args = parser.parse_args(rest)
     from minirlhf.trainers.common import require_same_task
 
-    config = config_from_args(config_cls, args, given_fields(parser, rest))
+    given = given_fields(parser, rest)
+    config = config_from_args(config_cls, args, given)
+    if config.resume is not None and defaults:
+        named = " ".join(f"--{name} {value}" for name, value in (("preset", args.preset),
+                                                                   ("recipe", getattr(args, "recipe", None))) if value)
+        _refuse_other_settings(config, defaults, given, named)
     _, train, resolve_data = _trainer(command, getattr(config, "loss_type", None))
     require_same_task(config)  # a resume continues on its run's task
     data = resolve_data(config) if resolve_data else None  # what train(None, config) would build, checked here

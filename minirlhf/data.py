@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -83,6 +84,34 @@ def check_text(value: str, where: str, field: str) -> None:
         prefix = f"{where}: " if where else ""
         raise UserError(f"{prefix}field {field!r} holds a lone surrogate {value[err.start]!r} at character {err.start} "
                         f"({value[max(0, err.start - 20) : err.start]!r}...): not valid text") from None
+
+
+BYTE_ORDER_MARK = "\ufeff"  # what some editors (Windows Notepad, Excel's "CSV UTF-8") write at a file's start
+
+
+class DuplicateKeyError(ValueError):
+    """A JSON object of a data file names one key twice (json.loads would keep the last value silently)."""
+
+
+def load_json_line(line: str) -> Any:
+    """One line of a JSONL data file: `json.loads`, except that an object naming a key twice is a
+    DuplicateKeyError naming the key (which of the two values was meant cannot be known)."""
+    return json.loads(line, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in items:
+        if key in seen:
+            raise DuplicateKeyError(f"key {key!r} appears twice in one object ({_short(seen[key])} and "
+                                    f"{_short(value)}): which one is meant cannot be known, keep one")
+        seen[key] = value
+    return seen
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 30 else text[:27] + "..."
 
 
 def check_prompt_room(
@@ -373,10 +402,14 @@ def _pairs_from_jsonl(path: Path, skip_invalid: bool) -> list[PreferencePair]:
             except UnicodeDecodeError as err:
                 rows.append((number, _BadJSON(f"not UTF-8 text (byte {err.start + 1})")))
                 continue
+            if number == 1:
+                line = line.removeprefix(BYTE_ORDER_MARK)  # a mark at the file's start is no part of the data
             if not line.strip():
                 continue
             try:
-                rows.append((number, json.loads(line)))
+                rows.append((number, load_json_line(line)))
+            except DuplicateKeyError as err:
+                rows.append((number, _BadJSON(str(err))))
             except json.JSONDecodeError as err:
                 rows.append((number, _BadJSON(f"invalid JSON ({err.msg} at column {err.colno})")))
             except (ValueError, RecursionError) as err:  # e.g. an integer of 5000 digits, or nesting 10^5 deep

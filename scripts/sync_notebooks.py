@@ -26,12 +26,14 @@ URL_ENV = "MINIRLHF_REPO_URL"  # overrides the URL at run time (the Colab simula
 
 # The first code cell of every notebook. On Colab (google.colab importable) it installs the package and its `course`
 # extra straight from the repository, with the loose ranges of pyproject.toml, so Colab's own torch, matplotlib and
-# ipywidgets stay; a failed install stops the notebook with pip's error, the URL and what to do. Elsewhere the
+# ipywidgets stay; an address in MINIRLHF_REPO_URL that pip's git+URL cannot take stops it naming the variable and
+# its value, and a failed install stops the notebook with pip's error, the URL and what to do. Elsewhere the
 # package is already in the kernel's environment and the cell only imports.
 SETUP_CELL = '''\
 # Setup, the same in every notebook. On Colab: install minirlhf and its `course` extra from the repository below
 # (Colab's own torch, matplotlib and ipywidgets stay). Anywhere else minirlhf is already installed: only imports.
 import os
+import re
 import subprocess
 import sys
 
@@ -42,6 +44,10 @@ except ImportError:
     IN_COLAB = False
 if IN_COLAB:
     REPO_URL = os.environ.get("{env}", "{url}")
+    if not re.fullmatch(r"(https?|ssh|git|file)://\\S+", REPO_URL):  # what pip's git+URL takes
+        raise ValueError(f"environment variable {env}={{REPO_URL!r}} is not a git repository's address: "
+                         "give one like {url} (https, ssh, git or file://, "
+                         "no spaces), or unset it")
     pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"minirlhf[course] @ git+{{REPO_URL}}"],
                          capture_output=True, text=True)
     if pip.returncode != 0:

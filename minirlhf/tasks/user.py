@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from minirlhf.data import check_text
+from minirlhf.data import BYTE_ORDER_MARK, DuplicateKeyError, check_text, load_json_line
 from minirlhf.errors import UserError
 from minirlhf.tasks import RewardFn, Task, WeightedReward, reward_name
 
@@ -100,9 +100,13 @@ def located_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",
             except UnicodeDecodeError as err:
                 raise UserError(f"{path}, line {number}: not UTF-8 text (byte {err.start + 1}: "
                                 f"{raw[err.start : err.start + 1]!r})") from None
+            if number == 1:
+                line = line.removeprefix(BYTE_ORDER_MARK)  # a mark at the file's start is no part of the data
             if line.strip():
                 try:
-                    numbered.append((f"{path}, line {number}", json.loads(line)))
+                    numbered.append((f"{path}, line {number}", load_json_line(line)))
+                except DuplicateKeyError as err:
+                    raise UserError(f"{path}, line {number}: {err}") from None
                 except json.JSONDecodeError as err:
                     raise ValueError(f"{path}, line {number}: invalid JSON ({err.msg} at column {err.colno})") from err
                 except (ValueError, RecursionError) as err:  # an integer of 5000 digits, nesting 10^5 deep
@@ -119,8 +123,9 @@ def located_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected a JSON object with {', '.join(required)}, got {type(row).__name__}")
         for field in required:
-            if not isinstance(row.get(field), str) or not row[field]:
-                raise ValueError(f"{where}: field {field!r} must be a non-empty string, got {row.get(field)!r}")
+            if not isinstance(row.get(field), str) or not row[field].strip():
+                raise ValueError(f"{where}: field {field!r} must be a non-empty string (not only white space), got "
+                                 f"{row.get(field)!r}")
             check_text(row[field], where, field)
     columns = set(numbered[0][1])
     for where, row in numbered:

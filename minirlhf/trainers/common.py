@@ -101,6 +101,8 @@ class TrainConfig:
                 require_choice(self, f.name, f.metadata["choices"])
         require_positive(self, "steps", "lr", "keep_checkpoints")
         require_non_negative(self, "max_grad_norm", "save_every", "eval_every")
+        if not 0 <= self.seed < 2**32:  # numpy's seeds (set_seed); a failure there would name no field
+            raise ValueError(f"{type(self).__name__}.seed must be in [0, 2**32 - 1], got {self.seed!r}")
         if self.save_every and self.out_dir is None:
             raise ValueError(f"{type(self).__name__}.save_every={self.save_every} needs an out_dir to write to")
 

@@ -45,8 +45,9 @@ from minirlhf.trainers.online import (
 )
 
 # The recipes of the papers since DeepSeek-R1 (`python -m minirlhf grpo --recipe dapo`, or
-# GRPOConfig(**RECIPES["dapo"], ...)): the fields each one sets together. Flags given on the command line win, and
-# so does a resumed run's own config.json (which records the fields, not the recipe's name). None of them sets the
+# GRPOConfig(**RECIPES["dapo"], ...)): the fields each one sets together. Flags given on the command line win; a
+# resumed run keeps its own config.json (which records the fields, not the recipe's name), and a recipe named on
+# resume that disagrees with it is refused (`__main__._refuse_other_settings`). None of them sets the
 # batch shape: clipping only acts off-policy, so give --epochs > 1 or a --minibatch-size below the batch.
 RECIPES: dict[str, dict[str, Any]] = {
     # Shao et al., 2024 (DeepSeekMath): std-normalised group advantages, per-sequence mean, k3 KL with β = 0.04
@@ -94,6 +95,9 @@ class GRPOConfig(OnlineConfig):
         if self.eps_high is not None:
             require_positive(self, "eps_high")
         require(self, check_group_size, "group_size")
+        if self.max_sampling_rounds != 4 and not self.dynamic_sampling:
+            raise ValueError(f"GRPOConfig.max_sampling_rounds={self.max_sampling_rounds!r} caps dynamic sampling, "
+                             "which is off: give dynamic_sampling=true too, or drop it")
 
 
 def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):

@@ -3,6 +3,7 @@
     {"run_id": "3f2a9c...", "method": "GRPOConfig", "model": "tiny-sft",
      "data": {"pairs": "my_pairs.jsonl"},                 the config's data fields (what the run learns from)
      "fingerprints": {"pairs": "sha256:..."},             of each data field that names a file
+     "by_name_only": {"prompts": "hub dataset ..."},      a hub dataset: checked by its name alone, and why
      "files": ["run.json", "metrics.jsonl", ...],         what this run wrote into out_dir (top-level names)
      "forked_from": null | {"run_id": ..., "checkpoint": ...},
      "rewinds": [{"from_step": 6, "to_step": 2, "moved_to": "checkpoints/abandoned-..."}]}
@@ -25,6 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from minirlhf.data import PREFERENCE_DATASETS
 from minirlhf.errors import CheckpointDamaged, UserError
 
 MANIFEST_FILE = "run.json"  # inside out_dir
@@ -49,6 +51,18 @@ def fingerprints(data: dict[str, Any]) -> dict[str, str]:
                 key = name if not isinstance(value, list) else f"{name}[{i}]"
                 found[key] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
     return found
+
+
+def hub_datasets(data: dict[str, Any]) -> dict[str, str]:
+    """field -> why it is checked by name only, for each data field that names a Hugging Face hub dataset (a
+    `prompts` or `pairs` value that is no local file or folder and no shipped name): its rows are not
+    fingerprinted, so a new revision pushed to the hub between a run and its resume goes unseen (offline there is
+    nothing to compare it with)."""
+    return {name: f"hub dataset {value!r}: recorded by name only; its rows are not fingerprinted, so a change on "
+                  "the hub since the run started is not detected"
+            for name, value in data.items()
+            if name in ("prompts", "pairs") and isinstance(value, str) and value.strip()
+            and value not in PREFERENCE_DATASETS and not Path(value).expanduser().exists()}
 
 
 def absolute_data_paths(values: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +126,8 @@ def _short(value: Any) -> str:
 def new_manifest(config_dict: dict[str, Any], method: str, forked_from: dict[str, Any] | None = None) -> dict:
     data = data_identity(config_dict)
     return {"run_id": uuid.uuid4().hex[:16], "method": method, "model": config_dict.get("model"), "data": data,
-            "fingerprints": fingerprints(data), "files": [MANIFEST_FILE], "forked_from": forked_from,
+            "fingerprints": fingerprints(data), "by_name_only": hub_datasets(data), "files": [MANIFEST_FILE],
+            "forked_from": forked_from,
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime()), "rewinds": []}
 
 

@@ -9,6 +9,7 @@ Everything returned is cut to the response columns [P, P + N), so the losses see
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,11 +22,12 @@ from transformers import PreTrainedTokenizerBase
 from minirlhf import diagnostics
 from minirlhf.data import check_prompt_room
 from minirlhf.distributed import Runtime, setup_runtime
+from minirlhf.errors import UserError
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import informative_groups, kl_k1, masked_sum
 from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
-from minirlhf.tasks import Task, WeightedReward, call_reward, with_reward
+from minirlhf.tasks import Task, WeightedReward, call_reward, reward_name, with_reward
 from minirlhf.tasks.registry import resolve_task
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.common import (
@@ -78,7 +80,15 @@ class OnlineConfig(TrainConfig):
     def validate(self) -> None:
         super().validate()
         require_positive(self, "prompts_per_step", "group_size", "temperature")
-        require_non_negative(self, "beta", "overlong_cache")
+        require_non_negative(self, "beta", "overlong_cache", "top_k", "overlong_weight")
+        if not 0 < self.top_p <= 1:  # written so that NaN fails too
+            raise ValueError(f"{type(self).__name__}.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        for k, weight in enumerate(self.reward_weights or []):
+            if not math.isfinite(weight):
+                raise ValueError(f"{type(self).__name__}.reward_weights[{k}] must be a finite number, got {weight!r}")
+        if self.overlong_weight != 1.0 and not self.overlong_cache:
+            raise ValueError(f"{type(self).__name__}.overlong_weight={self.overlong_weight!r} weighs the soft overlong "
+                             "penalty, which is off (overlong_cache = 0): give overlong_cache too, or drop it")
         require_choice(self, "decoder", DECODERS)
         if self.max_new_tokens is not None:
             require_positive(self, "max_new_tokens")  # 0 is refused, not read as "the task's default" (None)
@@ -179,6 +189,9 @@ def start_online(
                        trained.get("value_head"), rng, generator)
 
 
+OVERLONG = "overlong"  # the name of the soft overlong penalty's reward term (reward/overlong in the metrics)
+
+
 def with_overlong_penalty(task: Task, config: OnlineConfig, tokenizer: PreTrainedTokenizerBase) -> Task:
     """The task with DAPO's soft overlong punishment (`tasks.rewards.soft_overlong_punishment`) added to its reward
     as the term "overlong", weighted by config.overlong_weight: L_max = the response budget, L_cache =
@@ -187,8 +200,13 @@ def with_overlong_penalty(task: Task, config: OnlineConfig, tokenizer: PreTraine
     if config.overlong_cache > budget:
         raise ValueError(f"{type(config).__name__}.overlong_cache ({config.overlong_cache}) must be at most the "
                          f"response budget ({budget} tokens, task {task.name!r})")
+    own = task.reward_fn
+    if OVERLONG in ([name for name, _, _ in own.terms] if isinstance(own, WeightedReward) else [reward_name(own)]):
+        raise UserError(f"{type(config).__name__}.overlong_cache={config.overlong_cache} adds the reward term "
+                        f"{OVERLONG!r} (logged as reward/{OVERLONG}), but task {task.name!r} already has a reward "
+                        f"function named {OVERLONG!r}: rename that function, or drop overlong_cache")
     penalty = soft_overlong_punishment(budget, config.overlong_cache, tokenizer)
-    return with_reward(task, "overlong", config.overlong_weight, penalty)
+    return with_reward(task, OVERLONG, config.overlong_weight, penalty)
 
 
 KL_EVAL_PROMPTS = 32  # prompts of eval/kl_ref (one fixed draw), two completions each

@@ -97,7 +97,8 @@ class DPOConfig(TrainConfig):
                 if getattr(self, name) != off:
                     raise ValueError(f"DPOConfig.{name}: {getattr(self, name)!r} applies to loss_type "
                                      f"{'|'.join(DPO_LOSS_TYPES)} only, not {self.loss_type!r}")
-        require_non_negative(self, "gamma", "orpo_lambda")
+        require_positive(self, "beta")  # finite: the losses' own checks let inf through
+        require_non_negative(self, "gamma", "orpo_lambda", "rpo_alpha")
         require_positive(self, "kto_desirable_weight", "kto_undesirable_weight")
         if self.precompute_ref and self.loss_type in REFERENCE_FREE_LOSS_TYPES:
             raise ValueError(f"DPOConfig.precompute_ref: loss_type={self.loss_type!r} has no p_ref to precompute")
