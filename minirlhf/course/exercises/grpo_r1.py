@@ -77,6 +77,10 @@ def _surrogate_averaged(ratio, advantages, eps_low, eps_high):
     return losses.clipped_surrogate(ratio, advantages, eps_low, eps_high).mean()
 
 
+def _surrogate_as_loss(ratio, advantages, eps_low, eps_high):
+    return -losses.clipped_surrogate(ratio, advantages, eps_low, eps_high).mean()
+
+
 def _surrogate_advantage_clipped(ratio, advantages, eps_low, eps_high):
     return torch.minimum(ratio * advantages, ratio * torch.clamp(advantages, 1 - eps_low, 1 + eps_high))
 
@@ -123,6 +127,9 @@ CLIP_HIGHER = Exercise(
         Mistake("averaged to a scalar", _surrogate_averaged,
                 "you average the tokens: the surrogate is elementwise, one value per token, shaped like ratio; the "
                 "aggregation (token mean, seq-mean, ...) comes later."),
+        Mistake("the loss returned", _surrogate_as_loss,
+                "you return the loss, minus the mean: this function is the surrogate itself, elementwise and to "
+                "maximise, shaped like ratio (the trainer negates and aggregates it)."),
         Mistake("detached ratio", _surrogate_detached,
                 "the values are right but no gradient reaches ratio: it is detached (or rebuilt from numbers with "
                 "torch.tensor). Keep torch ops on ratio itself."),
@@ -156,8 +163,8 @@ def _dynamic_sampling_cases():
                   group_size=4, eps=eps)),
         Case("every group constant", dict(rewards=tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.7, 0.7, 0.7]),
                                           group_size=3, eps=eps)),
-        Case("ε = 0.1: spreads of std 0.05 and 0.025 are not enough, std 0.2 (variance 0.04) and 0.5 are",
-             dict(rewards=tensor([0.0, 0.1, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0, 0.4, 0.0]),
+        Case("ε = 0.1: spreads of std 0.06 and 0.025 are not enough, std 0.2 (variance 0.04) and 0.5 are",
+             dict(rewards=tensor([0.0, 0.12, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0, 0.4, 0.0]),
                   group_size=4, eps=0.1)),
         Case("random rewards, G = 8", dict(rewards=randn(24, seed=33), group_size=8, eps=eps)),
     ]
@@ -177,6 +184,11 @@ def _keep_nonzero_std(rewards, group_size, eps):
 def _keep_success_rate(rewards, group_size, eps):
     success = rewards.view(-1, group_size).mean(1)
     return (success > 0) & (success < 1)
+
+
+def _keep_correct_count(rewards, group_size, eps):
+    correct = (rewards.view(-1, group_size) == 1).sum(1)
+    return (correct > 0) & (correct < group_size)
 
 
 def _keep_interleaved(rewards, group_size, eps):
@@ -211,6 +223,9 @@ DYNAMIC_SAMPLING = Exercise(
         Mistake("success rate strictly between 0 and 1", _keep_success_rate,
                 "0 < mean < 1 is DAPO's test for 0/1 rewards only: rewards (0.5, 0.5) have mean 0.5 and no signal, "
                 "(2, 0) have mean 1 and a signal. Test the spread: std >= eps."),
+        Mistake("correct answers counted", _keep_correct_count,
+                "0 < #(rewards equal to 1) < G is DAPO's rule for 0/1 rewards only: rewards (0.3, 0.8) hold no 1 and "
+                "a signal. Test the spread of any reward: std >= eps."),
         Mistake("groups read interleaved", _keep_interleaved,
                 "your groups are interleaved (every B/G-th reward): a group is G CONSECUTIVE rewards, "
                 "rewards.view(-1, G) (one row per prompt), not rewards.view(G, -1)."),
@@ -260,7 +275,7 @@ def _gspo_cases():
         Case("an answer masked out entirely (truncated, no real token): s = 1",
              dict(logp=tensor([[-0.5, -1.0, -2.0], [-3.0, -4.0, -5.0]]), old_logp=tensor([[-0.7, -1.4, -1.0],
                                                                                           [-1.0, -1.0, -1.0]]),
-                  mask=tensor([[1, 1, 0], [0, 0, 0]]))),
+                  mask=tensor([[1, 1, 0], [0, 0, 0]])), check_grad=False),  # 0/0's gradient: NaN or 0, by how
     ]
 
 
@@ -305,7 +320,7 @@ def _gspo_token_ratios(logp, old_logp, mask):
 
 
 def _gspo_batch_ratio(logp, old_logp, mask):
-    return torch.exp(losses.masked_mean(logp - old_logp, mask)).expand(mask.shape[0])
+    return torch.exp(losses.masked_mean(logp - old_logp, mask))
 
 
 def _gspo_empty_row_nan(logp, old_logp, mask):
