@@ -163,6 +163,15 @@ def ds_variance(rewards, group_size, eps):
     return rewards.view(-1, group_size).var(1) >= eps
 
 
+def ds_mean_absolute_deviation(rewards, group_size, eps):
+    R = rewards.view(-1, group_size)
+    return (R - R.mean(1, keepdim=True)).abs().mean(1) >= eps
+
+
+def ds_no_filter(rewards, group_size, eps):
+    return torch.full((len(rewards) // group_size,), True)
+
+
 def ds_per_answer(rewards, group_size, eps):
     keep = rewards.view(-1, group_size).std(1) >= eps
     return keep[:, None].expand(-1, group_size).reshape(-1)
@@ -226,6 +235,10 @@ def gs_batch(logp, old_logp, mask):
     return torch.exp(((logp - old_logp) * mask).sum() / mask.sum())
 
 
+def gs_mask_only_in_count(logp, old_logp, mask):
+    return torch.exp((logp.sum(-1) - old_logp.sum(-1)) / mask.sum(-1).clamp(min=1))
+
+
 def gs_zero_over_zero(logp, old_logp, mask):
     return torch.exp(((logp - old_logp) * mask).sum(-1) / mask.sum(-1))
 
@@ -260,6 +273,8 @@ STUDENT_MISTAKES = [
     ("dynamic-sampling", "constant groups kept, informative ones dropped", ds_inverted),
     ("dynamic-sampling", "range as the constant test", ds_range),
     ("dynamic-sampling", "variance instead of std", ds_variance),
+    ("dynamic-sampling", "mean absolute deviation instead of std", ds_mean_absolute_deviation),
+    ("dynamic-sampling", "every group kept", ds_no_filter),
     ("dynamic-sampling", "one flag per answer", ds_per_answer),
     ("dynamic-sampling", "the whole batch's std", ds_batch_std),
     ("dynamic-sampling", "std over the wrong dimension", ds_std_over_dim0),
@@ -271,6 +286,7 @@ STUDENT_MISTAKES = [
     ("gspo-ratio", "log-ratio without exp", gs_no_exp),
     ("gspo-ratio", "no masking", gs_unmasked),
     ("gspo-ratio", "ratio upside down", gs_upside_down),
+    ("gspo-ratio", "padding summed, real tokens counted", gs_mask_only_in_count),
     ("gspo-ratio", "detached", gs_no_grad),
     ("gspo-ratio", "per-token ratios", gs_token_ratios),
     ("gspo-ratio", "one ratio for the whole batch", gs_batch),

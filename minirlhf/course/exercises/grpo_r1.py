@@ -147,6 +147,8 @@ CONSTANT_GROUP_STD = inspect.signature(losses.informative_groups).parameters["ep
 NOISE = 1.5 * CONSTANT_GROUP_STD  # one reward of a G = 4 group off by this: std = NOISE/2 below ε, range above
 # one reward off by this: sample std = SPREAD/2 above ε, population std = SPREAD·√3/4 below it
 SPREAD = 2.15 * CONSTANT_GROUP_STD
+# one reward off by this: sample and population std above ε, mean absolute deviation (0.375 of it) below
+MAD_SPREAD = 2.5 * CONSTANT_GROUP_STD
 
 
 def _dynamic_sampling_cases():
@@ -159,8 +161,10 @@ def _dynamic_sampling_cases():
         Case("groups are consecutive: read every B/G-th reward and the answer flips",
              dict(rewards=tensor([1, 1, 1, 1, 0, 1, 0, 1]), group_size=4, eps=eps)),
         Case(f"float noise: 0 < std < ε = {eps:g} counts as constant, std just above ε does not",
-             dict(rewards=tensor([0.5, 0.5 + NOISE, 0.5, 0.5, 1.0, 1.0, 1.0 + SPREAD, 1.0, 0.0, 0.0, 0.0, 0.0]),
-                  group_size=4, eps=eps)),
+             dict(rewards=tensor([0.5, 0.5 + NOISE, 0.5, 0.5, 1.0, 1.0, 1.0 + SPREAD, 1.0, 0.0, 0.0, 0.0, 0.0,
+                                  2.0, 2.0, 2.0, 2.0 + MAD_SPREAD]), group_size=4, eps=eps)),
+        Case(f"G = 2: one group of std {3 / 2**0.5:.2g}·ε among 7 equal ones, the batch's std below ε",
+             dict(rewards=tensor([1.0] * 10 + [1.0 + 3 * eps] + [1.0] * 5), group_size=2, eps=eps)),
         Case("every group constant", dict(rewards=tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.7, 0.7, 0.7]),
                                           group_size=3, eps=eps)),
         Case("ε = 0.1: spreads of std 0.06 and 0.025 are not enough, std 0.2 (variance 0.04) and 0.5 are",
@@ -189,6 +193,14 @@ def _keep_success_rate(rewards, group_size, eps):
 def _keep_correct_count(rewards, group_size, eps):
     correct = (rewards.view(-1, group_size) == 1).sum(1)
     return (correct > 0) & (correct < group_size)
+
+
+def _keep_all(rewards, group_size, eps):
+    return torch.ones(rewards.numel() // group_size, dtype=torch.bool)
+
+
+def _mean_absolute_deviation(R):
+    return (R - R.mean(1, keepdim=True)).abs().mean(1)
 
 
 def _keep_interleaved(rewards, group_size, eps):
@@ -232,6 +244,9 @@ DYNAMIC_SAMPLING = Exercise(
         Mistake("range as the constant test", _keep_where(lambda R: R.amax(1) - R.amin(1)),
                 f"a group counts as constant when its STD is below eps, not its range (max - min): rewards 0.5, "
                 f"0.5 + {NOISE:g}, 0.5, 0.5 have a range above {CONSTANT_GROUP_STD:g} and a std below it."),
+        Mistake("mean absolute deviation instead of std", _keep_where(_mean_absolute_deviation),
+                "you measure the spread as the mean |R - mean|: the test is on the sample std, std >= eps "
+                "(R.std(1)), the same rule as grpo_advantages."),
         Mistake("variance instead of std", _keep_where(lambda R: R.var(1)),
                 "you compare the variance with eps: compare the standard deviation, its square root (R.std(1))."),
         Mistake("std over the wrong dimension", _keep_where(lambda R: R.std(0)),
@@ -239,6 +254,9 @@ DYNAMIC_SAMPLING = Exercise(
                 "the std over dim 1."),
         Mistake("constant groups kept, informative ones dropped", _keep_constant,
                 "the mask is inverted: True marks a group to KEEP, one whose rewards differ (std >= eps)."),
+        Mistake("every group kept", _keep_all,
+                "every group is kept: a group whose rewards are all equal (std < eps) has Â = 0 for every answer and "
+                "is the one to drop."),
         Mistake("indices instead of a mask", _keep_indices,
                 "you return the indices of the kept groups: return one bool per group, True = keep "
                 "(rewards.view(-1, G)[mask] then selects them)."),
@@ -323,6 +341,10 @@ def _gspo_batch_ratio(logp, old_logp, mask):
     return torch.exp(losses.masked_mean(logp - old_logp, mask))
 
 
+def _gspo_mask_only_in_count(logp, old_logp, mask):
+    return torch.exp((logp - old_logp).sum(-1) / mask.sum(-1).clamp_min(1))
+
+
 def _gspo_empty_row_nan(logp, old_logp, mask):
     keep = mask.bool()
     log_ratio = torch.where(keep, logp - old_logp, torch.zeros_like(logp))
@@ -348,6 +370,9 @@ GSPO_RATIO = Exercise(
                 "you return the mean LOG-ratio: s_i is a ratio, exp of it (1 when nothing moved, not 0)."),
         Mistake("no masking", _gspo_unmasked,
                 "padding is counted: average the log-ratios over the real tokens of each row only (mask = 1)."),
+        Mistake("padding summed, real tokens counted", _gspo_mask_only_in_count,
+                "you divide by the number of real tokens but sum over every position, padding included: mask the "
+                "log-ratios too (torch.where(mask.bool(), logp - old_logp, 0)) before summing."),
         Mistake("ratio upside down", _gspo_upside_down,
                 "the ratio is upside down: log r_t = logp - old_logp (p_θ over p_θold)."),
         Mistake("per-token ratios", _gspo_token_ratios,
