@@ -51,6 +51,15 @@ def ch_by_sign_swapped(ratio, advantages, eps_low, eps_high):
     return bounded * advantages
 
 
+def ch_log_ratio_clipped(ratio, advantages, eps_low, eps_high):
+    clipped = torch.exp(torch.log(ratio).clamp(-eps_low, eps_high))
+    return torch.min(ratio * advantages, clipped * advantages)
+
+
+def ch_min_of_ratios(ratio, advantages, eps_low, eps_high):
+    return advantages * torch.min(ratio, torch.clamp(ratio, 1 - eps_low, 1 + eps_high))
+
+
 def ch_clamp_only(ratio, advantages, eps_low, eps_high):
     return advantages * torch.clamp(ratio, 1 - eps_low, 1 + eps_high)
 
@@ -239,6 +248,10 @@ def gs_mask_only_in_count(logp, old_logp, mask):
     return torch.exp((logp.sum(-1) - old_logp.sum(-1)) / mask.sum(-1).clamp(min=1))
 
 
+def gs_over_batch_tokens(logp, old_logp, mask):
+    return torch.exp(((logp - old_logp) * mask).sum(-1) / mask.sum())
+
+
 def gs_zero_over_zero(logp, old_logp, mask):
     return torch.exp(((logp - old_logp) * mask).sum(-1) / mask.sum(-1))
 
@@ -248,6 +261,8 @@ STUDENT_MISTAKES = [
     ("clip-higher", "symmetric clip at ε_high", ch_symmetric_high),
     ("clip-higher", "ε_low and ε_high swapped", ch_swapped),
     ("clip-higher", "ε_low and ε_high swapped", ch_by_sign_swapped),
+    ("clip-higher", "log-ratio clipped", ch_log_ratio_clipped),
+    ("clip-higher", "min of the ratios, then times Â", ch_min_of_ratios),
     ("clip-higher", "clamp without the min", ch_clamp_only),
     ("clip-higher", "clamp without the min", ch_clip_when_outside),
     ("clip-higher", "min without the clamp", ch_min_no_clamp),
@@ -286,6 +301,7 @@ STUDENT_MISTAKES = [
     ("gspo-ratio", "log-ratio without exp", gs_no_exp),
     ("gspo-ratio", "no masking", gs_unmasked),
     ("gspo-ratio", "ratio upside down", gs_upside_down),
+    ("gspo-ratio", "divided by the batch's token count", gs_over_batch_tokens),
     ("gspo-ratio", "padding summed, real tokens counted", gs_mask_only_in_count),
     ("gspo-ratio", "detached", gs_no_grad),
     ("gspo-ratio", "per-token ratios", gs_token_ratios),

@@ -4,6 +4,7 @@ sequence-level ratio."""
 from __future__ import annotations
 
 import inspect
+import math
 
 import torch
 
@@ -77,6 +78,10 @@ def _surrogate_averaged(ratio, advantages, eps_low, eps_high):
     return losses.clipped_surrogate(ratio, advantages, eps_low, eps_high).mean()
 
 
+def _surrogate_min_of_ratios(ratio, advantages, eps_low, eps_high):
+    return torch.minimum(ratio, torch.clamp(ratio, 1 - eps_low, 1 + eps_high)) * advantages
+
+
 def _surrogate_as_loss(ratio, advantages, eps_low, eps_high):
     return -losses.clipped_surrogate(ratio, advantages, eps_low, eps_high).mean()
 
@@ -107,6 +112,12 @@ CLIP_HIGHER = Exercise(
         Mistake("clip range [-ε_low, ε_high]", _surrogate_clipped_at(lambda lo, hi: -lo, lambda lo, hi: hi),
                 "the clip range is [-ε_low, ε_high]: the ratio is 1 when nothing moved, clip it to "
                 "[1 - ε_low, 1 + ε_high]."),
+        Mistake("log-ratio clipped", _surrogate_clipped_at(lambda lo, hi: math.exp(-lo), lambda lo, hi: math.exp(hi)),
+                "you clip log r at [-ε_low, ε_high], which clips r at [exp(-ε_low), exp(ε_high)], not at "
+                "[1 - ε_low, 1 + ε_high]: clip the ratio itself."),
+        Mistake("min of the ratios, then times Â", _surrogate_min_of_ratios,
+                "min(r, clip(r)) · Â takes the bound before the sign of Â is known: for Â < 0 it picks the wrong "
+                "side. Take the min of the two PRODUCTS, min(r Â, clip(r) Â)."),
         Mistake("clamp without the min", _surrogate_clamp_only,
                 "you return only the clipped term clip(r) Â: the min with the unclipped r Â is what keeps the full "
                 "penalty when the ratio moves the wrong way (r = 3 with Â < 0 must count as 3 Â, not 1.28 Â)."),
@@ -345,6 +356,12 @@ def _gspo_mask_only_in_count(logp, old_logp, mask):
     return torch.exp((logp - old_logp).sum(-1) / mask.sum(-1).clamp_min(1))
 
 
+def _gspo_over_batch_tokens(logp, old_logp, mask):
+    keep = mask.bool()
+    log_ratio = torch.where(keep, logp - old_logp, torch.zeros_like(logp))
+    return torch.exp(log_ratio.sum(-1) / keep.sum())
+
+
 def _gspo_empty_row_nan(logp, old_logp, mask):
     keep = mask.bool()
     log_ratio = torch.where(keep, logp - old_logp, torch.zeros_like(logp))
@@ -361,6 +378,9 @@ GSPO_RATIO = Exercise(
         Mistake("mean over the padded length T", _ratio_from(lambda x, keep: x.sum(-1) / keep.shape[-1]),
                 "you divide by the padded length T (mask.shape[1]): divide each row by its own number of real "
                 "tokens |y_i| = mask.sum(-1)."),
+        Mistake("divided by the batch's token count", _gspo_over_batch_tokens,
+                "you divide each row's sum by the number of real tokens in the whole BATCH (mask.sum()): divide by "
+                "the row's own count, mask.sum(-1)."),
         Mistake("arithmetic mean of the token ratios", _gspo_arithmetic_mean,
                 "you average the token ratios r_t: GSPO's s_i is their GEOMETRIC mean, exp(mean_t log r_t), which "
                 "is smaller whenever the ratios differ."),
