@@ -172,9 +172,29 @@ OUTPUT_MUTATIONS = {  # name: (transform of the first output, words the message 
 }
 
 
+BOOL_OUTPUT_MUTATIONS = {  # a mask's own mutations (arithmetic on a bool tensor raises or changes its dtype)
+    "inverted": (lambda out: ~out, "mismatch"),
+    "all True": (lambda out: torch.ones_like(out), "mismatch"),
+    "as 0/1 integers": (lambda out: out.long(), "dtype torch.int64, expected torch.bool: a mask is True/False"),
+    "as 0/1 floats": (lambda out: out.double(), "dtype torch.float64, expected torch.bool: a mask is True/False"),
+    "None": OUTPUT_MUTATIONS["None"],
+    "a list": OUTPUT_MUTATIONS["a list"],
+    "an extra dimension": OUTPUT_MUTATIONS["an extra dimension"],
+    "float32": (lambda out: out.float(), "dtype torch.float32"),
+    "reduced to any": (lambda out: out.any(), "shape"),
+    "reversed": (lambda out: out.flip(-1), "mismatch"),
+}
+
+
+def _returns_a_mask(exercise_id: str) -> bool:
+    result = engine.expected_outcomes(exercises.EXERCISES[exercise_id])[0].result
+    return isinstance(result, torch.Tensor) and result.dtype == torch.bool
+
+
 def _mechanical_versions(exercise_id: str):
     solution = exercises.EXERCISES[exercise_id].solution_fn
-    for name, (transform, words) in OUTPUT_MUTATIONS.items():
+    mutations = BOOL_OUTPUT_MUTATIONS if _returns_a_mask(exercise_id) else OUTPUT_MUTATIONS
+    for name, (transform, words) in mutations.items():
         yield f"output {name}", _on_output(solution, transform), words
     for i, name in enumerate(_parameters(exercise_id)):
         if isinstance(_cases(exercise_id)[0].inputs[name], torch.Tensor):

@@ -274,6 +274,8 @@ WORKED_CASES = {
     "grpo-advantage": [{"i": 1}, {"rewards": (3.0, 1.0, 2.0), "scale": "none"}, {"rewards": (1.0, 1.0, 1.0, 1.0)},
                        {"rewards": (0.2, 0.9, 0.4), "i": 2, "scale": "batch"}],
     "kl-k3": [{"logp": -2.0, "ref_logp": -0.5}, {"logp": -1.0, "ref_logp": -1.0}, {"logp": -0.1, "ref_logp": -7.0}],
+    "all-equal-groups": [{"p": 0.5, "G": 2}, {"p": 0.5, "G": 8}, {"p": 0.3, "G": 3}, {"p": 0.99, "G": 16},
+                         {"p": 0.0, "G": 4}, {"p": 1.0, "G": 2}],
     "dpo-margin": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0}],
     "dpo-loss": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0},
                  {"beta": 1.0, "chosen_logratio": -40.0, "rejected_logratio": 0.0}],

@@ -25,11 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import ipywidgets as W
+import torch
 
 from minirlhf import losses
 from minirlhf.course import toy
 
-TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown")
+TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "grpo-since-r1")
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,18 @@ def _kl_k3(logp: float, ref_logp: float) -> float:
     return float(losses.kl_k3(toy.as_tensor(logp), toy.as_tensor(ref_logp)))
 
 
+def _all_equal_probability(p: float, G: int) -> float:
+    """P(losses.informative_groups drops a group of G answers, each right with probability p): summed exactly over
+    the 2^G patterns of 0/1 rewards, each weighted by p^(number right) (1 - p)^(number wrong)."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"p is a probability, in [0, 1]; got {p}")
+    patterns = torch.cartesian_prod(*[torch.tensor([0.0, 1.0], dtype=torch.float64)] * G).view(-1, G)  # (2^G, G)
+    right = patterns.sum(-1)
+    probability = p**right * (1 - p) ** (G - right)  # (2^G,)
+    dropped = ~losses.informative_groups(patterns.reshape(-1), G)
+    return float(probability[dropped].sum())
+
+
 def _gae_advantage(gamma: float, lam: float, t: int) -> float:
     advantages, _ = toy.toy_gae(gamma, lam)
     return float(advantages[t])
@@ -191,6 +204,11 @@ def _grpo_advantage_steps(rewards: Sequence[float], i: int, scale: str) -> dict:
     else:  # "group", or "batch", which is the same for a batch of one group
         how, answer = f"divided by the std: Â = ({rewards[i]:.4g} - {mean:.4f}) / {std:.4f}", (rewards[i] - mean) / std
     return {"mean": mean, "std": std, "n": len(rewards), "reward": rewards[i], "how": how, "answer": answer}
+
+
+def _all_equal_probability_steps(p: float, G: int) -> dict:
+    # all right or all wrong, two cases that exclude each other: p^G + (1 - p)^G
+    return {"all_right": p**G, "all_wrong": (1 - p) ** G, "answer": p**G + (1 - p) ** G}
 
 
 def _kl_k3_steps(logp: float, ref_logp: float) -> dict:
@@ -271,6 +289,14 @@ EXERCISES_LIST = [
              "With ρ = p_ref/p_θ, k3 = ρ - 1 - log ρ.\n"
              "log ρ = log p_ref - log p_θ = {ref_logp:.4g} - ({logp:.4g}) = {log_rho:.4f}, so ρ = {rho:.4f}.\n"
              "k3 = {rho:.4f} - 1 - ({log_rho:.4f}) = {answer:.4f} (never negative, since e^d ≥ 1 + d)."),
+    Exercise("all-equal-groups", "grpo-since-r1",
+             "P(all G = {G} answers of a group get the same 0/1 reward), each right with probability p = {p}.",
+             _all_equal_probability, {"p": 0.9, "G": 8},
+             _all_equal_probability_steps,
+             "The rewards are all equal when all {G} answers are right, probability p^G = {p:.4g}^{G} = "
+             "{all_right:.4f}, or all wrong, (1 - p)^G = {all_wrong:.4g}.\n"
+             "The two cases exclude each other, so P = {all_right:.4f} + {all_wrong:.4g} = {answer:.4f}: that share "
+             "of the groups gets Â = 0 and adds nothing to the gradient (dynamic sampling drops them)."),
     Exercise("dpo-margin", "dpo",
              "Implicit reward margin β·(log-ratio of y_w - log-ratio of y_l) with β = {beta}, log-ratios "
              "{chosen_logratio} and {rejected_logratio}.",

@@ -162,6 +162,27 @@ def kto_example_loss(policy_logps: torch.Tensor, ref_logps: torch.Tensor, desira
     return weight - value, beta * logratio.detach(), z_ref
 
 
+def clip_higher_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float,
+                          eps_high: float) -> torch.Tensor:
+    """min(r Â, clip(r, 1 - ε_low, 1 + ε_high) Â) elementwise, to MAXIMISE; same shape as ratio."""
+    clipped_ratio = torch.clamp(ratio, 1 - eps_low, 1 + eps_high)  # DAPO: the upper edge moves, the lower stays
+    return torch.minimum(ratio * advantages, clipped_ratio * advantages)
+
+
+def informative_group_mask(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
+    """True for each group of G consecutive rewards whose sample std is >= eps (a learning signal); (B/G,) bool."""
+    R = rewards.view(-1, group_size)  # (B/G, G): one row per prompt
+    return R.std(1) >= eps  # divides by G - 1, like grpo_advantages' test for a constant group
+
+
+def gspo_sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """s_i = exp(mean of logp - old_logp over the real tokens of row i); 1 for a row without real tokens; (B,)."""
+    keep = mask.bool()
+    log_ratio = torch.where(keep, logp - old_logp, torch.zeros_like(logp))  # (B, T) log r_t, 0 on padding
+    lengths = keep.sum(-1).clamp_min(1)  # (B,) |y_i|, at least 1 so that an empty row gives exp(0) = 1
+    return torch.exp(log_ratio.sum(-1) / lengths)
+
+
 def my_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):
     """One GRPO step: sample G answers per prompt, reward, group advantages, clipped loss (β = 0), one update."""
     model.eval()

@@ -13,7 +13,7 @@ gradient). The first failing case is printed with its inputs, the expected and a
 the catalogued wrong version whose outputs agree with the student's.
 
 The engine (`engine`) knows no topic; each notebook topic declares its exercises in a catalogue module
-(`policy_gradient`, `ppo`, `grpo`, `dpo`, `reward_model`): cases, reference, wrong versions and their hints.
+(`policy_gradient`, `ppo`, `grpo`, `dpo`, `reward_model`, `grpo_r1`): cases, reference, wrong versions and their hints.
 Adding an exercise is one `Exercise(...)` entry there, with its worked solution in minirlhf.course.solutions.
 
 In the notebooks each stub cell carries the tag "exercise:<id>" in its metadata; `fill_solutions(nb)` replaces
@@ -27,7 +27,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from minirlhf.course.exercises import dpo, grpo, policy_gradient, ppo, reward_model
+from minirlhf.course.exercises import dpo, grpo, grpo_r1, policy_gradient, ppo, reward_model
 from minirlhf.course.exercises.engine import STRICT_ENV, Case, Exercise, ExerciseFailed, Mistake, Variant, check
 
 __all__ = ["CAPSTONE_TAG", "STRICT_ENV", "TAG_PREFIX", "Case", "Exercise", "ExerciseFailed", "Mistake", "Variant",
@@ -37,7 +37,7 @@ __all__ = ["CAPSTONE_TAG", "STRICT_ENV", "TAG_PREFIX", "Case", "Exercise", "Exer
 TAG_PREFIX = "exercise:"
 CAPSTONE_TAG = "capstone:grpo-step"  # the capstone's my_step (minirlhf.course.capstone)
 EXERCISES_LIST: list[Exercise] = [*policy_gradient.EXERCISES, *ppo.EXERCISES, *grpo.EXERCISES, *dpo.EXERCISES,
-                                  *reward_model.EXERCISES]
+                                  *reward_model.EXERCISES, *grpo_r1.EXERCISES]
 EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}
 
 

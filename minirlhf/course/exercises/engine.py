@@ -231,6 +231,10 @@ def _tensor_problem(value: Any, expected: torch.Tensor, what: str) -> str | None
         return f"{what} is {_kind(value)}, not a torch.Tensor: {advice}"
     if value.shape != expected.shape:
         return f"{what} has {_shape(value)}, expected {_shape(expected)}"
+    if value.dtype != expected.dtype and expected.dtype == torch.bool:
+        return (f"{what} has dtype {value.dtype}, expected torch.bool: a mask is True/False, as a comparison "
+                f"(x >= y) gives it; .int(), .long(), .float() or torch.where(..., 1, 0) make numbers of it, and a 0/1 "
+                f"integer tensor used as an index picks items 0 and 1 instead of filtering")
     if value.dtype != expected.dtype:
         return (f"{what} has dtype {value.dtype}, expected {expected.dtype} (the inputs' dtype): make new tensors "
                 f"like the inputs (torch.zeros_like(x), dtype=x.dtype), torch.zeros(...) alone gives float32")
