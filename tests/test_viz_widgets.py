@@ -76,6 +76,30 @@ def test_clip_explorer_reacts_to_slider():
     np.testing.assert_allclose(y, [0.5, 1.0, 1.3])
 
 
+def test_clip_higher_explorer_moves_each_edge():
+    """ε_high moves only the edge that a positive Â runs into, ε_low only the negative side's (DAPO's clip-higher)."""
+    explorer = widgets.clip_higher_explorer(eps_low=0.2, eps_high=0.28)
+    assert set(explorer.sliders) == {"eps_low", "eps_high"}
+    assert all(slider.continuous_update is False for slider in explorer.sliders.values())
+    assert "ε_low = 0.20, ε_high = 0.28" in title(explorer.figure)
+    assert explorer.summary.startswith("ε_low = 0.20, ε_high = 0.28")
+    assert "r=1.5: +1.28 (no grad)" in explorer.summary and "r=0.5: -0.80 (no grad)" in explorer.summary
+    positive, negative = explorer.figure.axes
+    for ax, low, high in ((positive, 1.28, 2.0), (negative, 0.0, 0.8)):  # shaded: where the gradient is 0
+        (shade,) = [c for c in ax.collections if c.get_label() == "zero gradient"]
+        xs = np.concatenate([path.vertices[:, 0] for path in shade.get_paths()])
+        assert low - 0.01 <= xs.min() <= low + 0.01 and high - 0.01 <= xs.max() <= high + 0.01
+    explorer.sliders["eps_high"].value = 0.4
+    assert explorer.summary.startswith("ε_low = 0.20, ε_high = 0.40") and "r=1.5: +1.40 (no grad)" in explorer.summary
+    explorer.sliders["eps_low"].value = 0.3
+    assert "r=0.5: -0.70 (no grad)" in explorer.summary
+    _, y = line(explorer.figure.axes[0], "table rows")
+    np.testing.assert_allclose(y, [0.5, 1.0, 1.4])
+    symmetric = widgets.render_clip_higher(0.2, 0.2)[0]  # ε_high = ε_low: PPO's curve
+    np.testing.assert_allclose(line(symmetric.axes[0], "min(r·Â, clip(r)·Â)")[1],
+                               line(viz.plot_clip(0.2).axes[0], "min(r·Â, clip(r)·Â)")[1])
+
+
 # ----------------------------------------------------------------------------- optimal policy
 
 

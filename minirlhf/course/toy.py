@@ -245,14 +245,15 @@ def summarise_estimates(estimates: torch.Tensor) -> EstimateSummary:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def clip_curve(ratios: Sequence[float] | torch.Tensor, advantage: float,
-               eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """min(r Â, clip(r, 1-ε, 1+ε) Â) at each ratio r, and its derivative d/dr (0 where clipping bites).
+def clip_curve(ratios: Sequence[float] | torch.Tensor, advantage: float, eps: float,
+               eps_high: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """min(r Â, clip(r, 1-ε, 1+ε_high) Â) at each ratio r, and its derivative d/dr (0 where clipping bites).
+    ε_high = None is PPO's symmetric clip (ε_high = ε); DAPO's clip-higher takes ε_high > ε.
 
     The derivative comes from autograd through losses.clipped_surrogate, exactly what the optimiser sees.
     """
     r = as_tensor(ratios).clone().requires_grad_(True)
-    objective = losses.clipped_surrogate(r, torch.full_like(r, advantage), eps)
+    objective = losses.clipped_surrogate(r, torch.full_like(r, advantage), eps, eps_high)
     (grad,) = torch.autograd.grad(objective.sum(), r)
     return objective.detach(), grad
 

@@ -45,32 +45,36 @@ def _finish(fig: Figure, title: str) -> Figure:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def plot_clip(eps: float = 0.2, ratios: Sequence[float] = LECTURE_RATIOS, r_max: float = 2.0) -> Figure:
-    """min(r Â, clip(r, 1-ε, 1+ε) Â) against r for Â = +1 and Â = -1.
+def plot_clip(eps: float = 0.2, ratios: Sequence[float] = LECTURE_RATIOS, r_max: float = 2.0,
+              eps_high: float | None = None) -> Figure:
+    """min(r Â, clip(r, 1-ε, 1+ε_high) Â) against r for Â = +1 and Â = -1 (ε_high = None: ε, PPO's symmetric clip).
 
     Shaded: ratios where the derivative is zero (clipping has switched the gradient off).
     Dots: the lecture's table rows (r = 0.5, 1.0, 1.5), evaluated at the current ε.
     """
     fig, axes = new_figure(ncols=2)
     r = np.linspace(0.0, r_max, 401)
+    high = eps if eps_high is None else eps_high
     for ax, advantage in zip(axes[0], (1.0, -1.0), strict=True):
-        objective, grad = toy.clip_curve(r, advantage, eps)
+        objective, grad = toy.clip_curve(r, advantage, eps, eps_high)
         ax.plot(r, r * advantage, "--", color="gray", lw=1, label="unclipped r·Â")
         ax.plot(r, objective.numpy(), color="C0", lw=2, label="min(r·Â, clip(r)·Â)")
         ax.fill_between(r, 0, 1, where=(grad == 0).numpy(), transform=ax.get_xaxis_transform(),
                         color="C3", alpha=0.15, label="zero gradient")
-        points, _ = toy.clip_curve(ratios, advantage, eps)
+        points, _ = toy.clip_curve(ratios, advantage, eps, eps_high)
         ax.plot(ratios, points.numpy(), "o", color="C1", label="table rows")
         for x, y in zip(ratios, points.tolist(), strict=True):
             ax.annotate(f"{y:+.2f}", (x, y), textcoords="offset points", xytext=(4, 6), fontsize=8)
-        for edge in (1 - eps, 1 + eps):
+        for edge in (1 - eps, 1 + high):
             ax.axvline(edge, color="gray", lw=0.8, ls=":")
         ax.set_title(f"Â = {advantage:+.0f}")
         ax.set_xlabel("ratio r = p_θ / p_θold")
         ax.set_xlim(0, r_max)
     axes[0, 0].set_ylabel("objective (maximised)")
     axes[0, 0].legend(fontsize=8, loc="upper left")
-    return _finish(fig, f"PPO clipped surrogate, ε = {eps:.2f}")
+    if eps_high is None:
+        return _finish(fig, f"PPO clipped surrogate, ε = {eps:.2f}")
+    return _finish(fig, f"clip-higher surrogate, ε_low = {eps:.2f}, ε_high = {eps_high:.2f}")
 
 
 # ---------------------------------------------------------------------------------------------------------

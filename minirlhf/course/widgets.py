@@ -7,6 +7,7 @@ logic, so they can be called and tested without a browser.
 
     from minirlhf.course import widgets
     widgets.clip_explorer()          # ε slider: PPO's clipped surrogate
+    widgets.clip_higher_explorer()   # ε_low and ε_high sliders: DAPO's clip-higher
     widgets.optimal_policy_explorer()  # β slider: p* = p_ref exp(R/β) / Z
     widgets.gae_explorer()           # γ and λ sliders
     widgets.dpo_explorer()           # β slider: DPO loss and gradient weight
@@ -107,6 +108,28 @@ def render_clip(eps: float) -> tuple[Figure, str]:
 def clip_explorer(eps: float = 0.2) -> Explorer:
     """ε slider over PPO's clipped surrogate for Â = ±1."""
     return Explorer(render_clip, {"eps": _slider("ε", eps, 0.01, 0.8, 0.01)})
+
+
+def render_clip_higher(eps_low: float, eps_high: float) -> tuple[Figure, str]:
+    """The clipped surrogate with clip(r, 1 - ε_low, 1 + ε_high): where each side stops the gradient."""
+    parts = []
+    for advantage in (1.0, -1.0):
+        values, grads = toy.clip_curve(viz.LECTURE_RATIOS, advantage, eps_low, eps_high)
+        rows = ", ".join(
+            f"r={r:g}: {v:+.2f}{' (no grad)' if g == 0 else ''}"
+            for r, v, g in zip(viz.LECTURE_RATIOS, values.tolist(), grads.tolist(), strict=True)
+        )
+        parts.append(f"Â={advantage:+.0f} → {rows}")
+    summary = (f"ε_low = {eps_low:.2f}, ε_high = {eps_high:.2f}: clip-higher lets a token with Â > 0 grow to "
+               f"r = {1 + eps_high:.2f} (a token at p_θold = 0.1 up to {0.1 * (1 + eps_high):.3f}); one with Â < 0 "
+               f"stops at r = {1 - eps_low:.2f}. " + "; ".join(parts))
+    return viz.plot_clip(eps_low, eps_high=eps_high), summary
+
+
+def clip_higher_explorer(eps_low: float = 0.2, eps_high: float = 0.28) -> Explorer:
+    """ε_low and ε_high sliders over the asymmetric clipped surrogate of DAPO (ε_high = ε_low: PPO's)."""
+    return Explorer(render_clip_higher, {"eps_low": _slider("ε_low", eps_low, 0.01, 0.5, 0.01),
+                                         "eps_high": _slider("ε_high", eps_high, 0.01, 0.5, 0.01)})
 
 
 # ---------------------------------------------------------------------------------------------------------
