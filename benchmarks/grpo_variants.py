@@ -265,10 +265,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="benchmarks/results", help="folder for grpo_variants.{json,md,png}")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: 2 small steps per variant, one seed, 50 held-out problems, one process")
+    parser.add_argument("--merge", nargs="+", metavar="FILE",
+                        help="no runs: the report of runs already made, from grpo_variants.json or worker result files")
     parser.add_argument("--worker", nargs=2, metavar=("JOBS", "RESULTS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker_main(*args.worker, run_job)
+    if args.merge:
+        return merge(args.merge, Path(args.out), argv if argv is not None else sys.argv[1:])
 
     quick = args.quick
     settings = {
@@ -289,35 +293,51 @@ def main(argv: list[str] | None = None) -> None:
         done = pool.map(lambda chain: run_workers(str(Path(__file__).resolve()), chain, one_process=quick), chains)
         results = [result for chain in done for result in chain]
     total = time.perf_counter() - started
-    summaries = summarize(results)
+    how = "the seeds side by side" if args.parallel_seeds else "runs one after another"
+    record = vars(args) | settings | {"seeds": seeds, "variants": args.variants}
+    write_report(results, machine, how, total, Path(args.out), record, quick)
 
+
+def merge(files: list[str], out: Path, argv: list[str] | None) -> None:
+    """The report of runs made by several invocations: each file is a grpo_variants.json or a worker's results
+    file (a list of runs). Runs are ordered by seed, then variant (GRPO first)."""
+    results = []
+    for name in files:
+        loaded = json.loads(Path(name).read_text())
+        results += loaded["results"] if isinstance(loaded, dict) else loaded
+    results.sort(key=lambda r: (r["seed"], VARIANTS.index(r["variant"])))
+    how = f"the runs of {len(files)} result files (how they ran: benchmarks/README.md)"
+    write_report(results, machine_info(), how, None, out, {"merge": files, "argv": argv}, quick=False)
+
+
+def write_report(results: list[dict], machine: dict, how: str, total: float | None, out: Path, record: dict,
+                 quick: bool) -> None:
+    """Print the tables and write grpo_variants.{md,json,png} to `out`."""
+    summaries = summarize(results)
+    first = results[0]
     loads = [x for r in results for x in r["load_average_1min"] if x is not None]
     notes = [
-        f"{settings['steps']} steps per run, seeds {', '.join(map(str, seeds))}; held-out greedy exact match every "
-        f"{settings['eval_every']} steps on {results[0]['held_out_problems']} problems, from "
-        f"{results[0]['config']['model']} (accuracy before: {fmt(summaries[0]['before'])}).",
+        f"{first['steps']} steps per run, seeds {', '.join(map(str, sorted({r['seed'] for r in results})))}; "
+        f"held-out greedy exact match every {first['config']['eval_every']} steps on {first['held_out_problems']} "
+        f"problems, from {first['config']['model']} (accuracy before: {fmt(summaries[0]['before'])}).",
         f"Entropy, length and zero-std groups: mean of the first → last {WINDOW} steps; clipped fractions: last "
         f"{WINDOW} steps. Time ratios: against GRPO's run of the same seed.",
         f"Machine: {machine['cpu_count']} CPU cores, torch {machine['torch']}, transformers {machine['transformers']}, "
-        f"torch threads {results[0]['torch_threads']} per run, "
-        f"{'the seeds side by side' if args.parallel_seeds else 'runs one after another'}; 1-min load average "
-        f"{min(loads):.1f}-{max(loads):.1f} (at each run's start and end); {machine['date']}; "
-        f"total {total / 60:.1f} min.",
+        f"torch threads {first['torch_threads']} per run, {how}; 1-min load average {min(loads):.1f}-{max(loads):.1f} "
+        f"(at each run's start and end); {machine['date']}"
+        + (f"; total {total / 60:.1f} min." if total is not None else "."),
     ]
     if quick:
         notes.append("QUICK RUN (smoke test): numbers are meaningless; all runs shared one process.")
     report = "\n".join([settings_table(results), "", results_table(summaries), "", *notes])
     print("\n" + report)
 
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "grpo_variants.md").write_text(report + "\n")
-    payload = {"machine": machine, "args": vars(args) | settings | {"seeds": seeds, "variants": args.variants},
-               "total_seconds": total, "summaries": summaries, "results": results}
+    payload = {"machine": machine, "args": record, "total_seconds": total, "summaries": summaries, "results": results}
     (out / "grpo_variants.json").write_text(json.dumps(payload, indent=1))
     plot(results, out / "grpo_variants.png")
     print(f"\nwritten: {out / 'grpo_variants.json'}, {out / 'grpo_variants.md'}, {out / 'grpo_variants.png'}")
-
 
 if __name__ == "__main__":
     main()
