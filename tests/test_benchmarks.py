@@ -78,3 +78,35 @@ def test_zoo_sweep_quick(tmp_path):
     runs = json.loads((tmp_path / "zoo_sweep.json").read_text())
     assert {run["settings"]["loss_type"] for run in runs} == {"simpo", "orpo", "kto"}
     assert all({"eval/sentiment", "eval/kl", "eval/response_length"} <= set(run["final"]) for run in runs)
+
+
+@pytest.mark.slow
+def test_grpo_variants_quick(tmp_path):
+    stdout = run_quick("grpo_variants.py", tmp_path)
+    for name in ("grpo_variants.json", "grpo_variants.md", "grpo_variants.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    report = json.loads((tmp_path / "grpo_variants.json").read_text())
+    results = {r["variant"]: r for r in report["results"]}
+    assert list(results) == ["grpo", "dapo", "dr-grpo", "gspo", "reinforce++"]
+    # each variant ran its recipe (or baseline), not the trainer's defaults
+    configs = {variant: r["config"] for variant, r in results.items()}
+    assert configs["grpo"]["beta"] == 0.04 and configs["grpo"]["minibatch_size"] == 16  # --quick: 2 updates a batch
+    assert configs["dapo"]["eps_high"] == 0.28 and configs["dapo"]["dynamic_sampling"]
+    assert configs["dr-grpo"]["scale"] == "none" and configs["dr-grpo"]["aggregation"] == "constant"
+    assert configs["gspo"]["importance_sampling_level"] == "sequence"
+    assert configs["reinforce++"]["baseline"] == "reinforce++" and configs["reinforce++"]["minibatch_size"] is None
+    for variant, r in results.items():
+        assert [s["step"] for s in r["curve"]] == list(range(r["steps"])), variant
+        assert all({"wall_s", "train_s", "cpu_s", "entropy", "response_length", "zero_std_groups"} <= s.keys()
+                   for s in r["curve"]), variant
+        assert [e["step"] for e in r["evals"]] == list(range(r["steps"] + 1)), variant  # --quick: every step + final
+        assert all(0.0 <= e["accuracy"] <= 1.0 and e["train_s"] <= e["wall_s"] for e in r["evals"]), variant
+        assert len(r["load_average_1min"]) == 2
+    assert all("groups_kept" in s for s in results["dapo"]["curve"])
+    assert results["dapo"]["completions"] >= results["grpo"]["completions"]  # dynamic sampling samples more
+    summaries = {s["variant"]: s for s in report["summaries"]}
+    assert summaries["grpo"]["train_ratio"] == 1.0 and summaries["grpo"]["cpu_ratio"] == 1.0
+    assert summaries["reinforce++"]["clip_frac"] is None  # no ratio, no clip
+    tables = (tmp_path / "grpo_variants.md").read_text()
+    assert len([line for line in tables.splitlines() if line.startswith("| ")]) == 2 * (1 + len(results))
+    assert "| DAPO |" in stdout and "| GSPO | grpo |" in stdout

@@ -89,6 +89,18 @@ def test_constant_reward_gives_zero_grpo_advantages_and_no_nan():
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
+
+@pytest.mark.parametrize("group_size, expected", [(4, [1.0, 1.0]), (1, [])])
+def test_reinforce_logs_the_share_of_all_equal_groups(group_size, expected):
+    # the arithmetic prompts, every completion rewarded 1: each group of G >= 2 is all-equal; G = 1 has no groups
+    constant = Task("constant", arithmetic.train_prompts, lambda prompts, completions, **_: [1.0] * len(prompts),
+                    max_new_tokens=4)
+    config = ReinforceConfig(model="tiny", steps=2, prompts_per_step=2, group_size=group_size, baseline="reinforce++",
+                             eval_kl=False, progress=False)
+    history = train_reinforce(constant, config)[2]
+    assert [row["zero_std_groups"] for row in history if "zero_std_groups" in row] == expected
+    assert len([row for row in history if "reward" in row]) == 2
+
 needs_sft = pytest.mark.skipif(
     not (SHIPPED["tiny-sft"] / "config.json").exists(), reason="run scripts/build_sft_model.py"
 )

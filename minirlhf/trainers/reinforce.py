@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from minirlhf.diagnostics import zero_std_groups
 from minirlhf.losses import (
     check_ema_decay,
     check_group_size,
@@ -76,6 +77,8 @@ def train_reinforce(
         metrics = run.evaluate(step)
         exp = s.collect()
         metrics |= experience_metrics(exp)
+        if config.group_size > 1:  # the share of groups whose G rewards are all equal (as GRPO logs it)
+            metrics["zero_std_groups"] = zero_std_groups(exp.rewards, config.group_size)
         if config.baseline in PER_TOKEN_BASELINES:
             # REINFORCE++: Â_i,t from the k1-shaped per-token rewards, standardised over the global batch  (B, N)
             ref_logp = runtime.gather(exp.ref_logp) if exp.ref_logp is not None else None
