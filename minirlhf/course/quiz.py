@@ -29,7 +29,7 @@ import ipywidgets as W
 from minirlhf import losses
 from minirlhf.course import toy
 
-TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown")
+TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "capstone")
 
 
 @dataclass(frozen=True)
