@@ -28,9 +28,9 @@ from minirlhf.tasks import arithmetic
 BUGS = {
     "none": "no bug: the reference run.",
     "padding-counted": "the training forward leaves out the position ids, so GPT-2 counts the left padding of a "
-                       "short prompt as positions: before any update its log-probs already differ from the sampling "
-                       "ones (logp_max_abs_diff far above 1e-3, and --debug warns 'position ids that count "
-                       "padding'), and clip_frac is high from the first step.",
+                       "short prompt as positions: on every batch that holds a left-padded prompt its log-probs "
+                       "differ from the sampling ones before any update (logp_max_abs_diff far above 1e-3, and "
+                       "--debug warns 'position ids that count padding').",
     "sign-flipped": "the advantages have the wrong sign: the sampled reward falls from the first steps, while "
                     "every other curve looks healthy.",
     "reference-drifts": "p_ref is the live policy, rescored at every step, instead of a frozen copy of the start: "
