@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -43,3 +44,18 @@ def test_bad_input_is_refused():
         bestofn.kl_bound(0)
     with pytest.raises(ValueError, match="distinct"):
         bestofn.best_of_n_probs(torch.ones(3) / 3, torch.tensor([1.0, 1.0, 2.0]), 2)
+
+
+def test_expected_best_of_n_matches_every_subset():
+    """The order-statistics weights equal the average over all C(M, n) subsets of the one the proxy ranks first."""
+    generator = torch.Generator().manual_seed(2)
+    proxy, gold = torch.randn(3, 7, generator=generator), torch.randn(3, 7, generator=generator)
+    for n in (1, 2, 3, 7):
+        subsets = list(itertools.combinations(range(7), n))
+        best = [[max(s, key=lambda j: proxy[p, j].item()) for s in subsets] for p in range(3)]
+        brute_proxy = sum(proxy[p, j].item() for p in range(3) for j in best[p]) / (3 * len(subsets))
+        brute_gold = sum(gold[p, j].item() for p in range(3) for j in best[p]) / (3 * len(subsets))
+        assert bestofn.expected_best_of_n(proxy, gold, n) == pytest.approx((brute_proxy, brute_gold))
+    assert bestofn.expected_best_of_n(proxy, gold, 1)[1] == pytest.approx(gold.mean().item())
+    with pytest.raises(ValueError, match="n must be in"):
+        bestofn.expected_best_of_n(proxy, gold, 8)

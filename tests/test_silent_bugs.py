@@ -5,18 +5,29 @@ from __future__ import annotations
 
 import pytest
 
+from minirlhf import diagnostics
 from minirlhf.course import silent_bugs
 
 
 @pytest.fixture(scope="module")
 def curves():
-    return {name: silent_bugs.run(name, steps=2, prompts_per_step=8) for name in ("none", "stale-old-logprobs")}
+    return {name: silent_bugs.run(name, steps=2, prompts_per_step=8)
+            for name in ("none", "stale-old-logprobs", "padding-counted")}
 
 
 def test_stale_old_logprobs_keep_the_ratio_at_exactly_one(curves):
     assert curves["stale-old-logprobs"]["ratio_mean"] == [1.0, 1.0]
     assert curves["stale-old-logprobs"]["clip_frac"] == [0.0, 0.0]
     assert curves["none"]["ratio_mean"] != [1.0, 1.0]  # the healthy run's policy moved before its second epoch
+
+
+def test_counted_padding_breaks_the_debug_check_before_any_update(curves):
+    """The curve and the words the notebook points at: the healthy forward reproduces the sampling log-probs, the
+    one without position ids does not, and `--debug`'s warning names the cause."""
+    assert max(curves["none"]["logp_max_abs_diff"]) < diagnostics.LOGP_TOLERANCE
+    assert min(curves["padding-counted"]["logp_max_abs_diff"]) > 100 * diagnostics.LOGP_TOLERANCE
+    assert silent_bugs.DEBUG_WORDS["none"] == []
+    assert "position ids that count padding" in silent_bugs.DEBUG_WORDS["padding-counted"][0]
 
 
 def test_every_run_hides_a_known_bug_and_each_bug_is_hidden_once():

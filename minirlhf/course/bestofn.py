@@ -41,3 +41,21 @@ def kl(p: torch.Tensor, q: torch.Tensor) -> float:
     """KL(p || q) = Σ p log p/q over the outcomes where p > 0."""
     support = p > 0
     return float((p[support] * (p[support].log() - q[support].log())).sum())
+
+
+def expected_best_of_n(proxy: torch.Tensor, gold: torch.Tensor, n: int) -> tuple[float, float]:
+    """E[proxy] and E[gold] of the answer that best-of-`n` keeps when it ranks by `proxy`, estimated without bias
+    from M >= n samples per prompt, `proxy` and `gold` (P, M), averaged over the P prompts.
+
+    Instead of drawing subsets, every sample is weighted by the chance that it is the proxy's best of n drawn
+    without replacement from the M: the i-th lowest (i = 1..M) is the best when the other n - 1 come from the
+    i - 1 below it, C(i-1, n-1) / C(M, n) (Nakano et al., 2021, WebGPT). Ties are broken by position."""
+    if proxy.shape != gold.shape or proxy.dim() != 2:
+        raise ValueError(f"proxy and gold must both be (P, M), got {tuple(proxy.shape)} and {tuple(gold.shape)}")
+    M = proxy.shape[1]
+    if not 1 <= n <= M:
+        raise ValueError(f"n must be in [1, {M}] (the samples per prompt), got {n}")
+    order = torch.argsort(proxy, dim=1, stable=True)  # (P, M) ascending
+    weights = torch.tensor([math.comb(i, n - 1) / math.comb(M, n) for i in range(M)], dtype=torch.float64)
+    expected = [float((x.gather(1, order).double() * weights).sum(1).mean()) for x in (proxy, gold)]
+    return expected[0], expected[1]
