@@ -239,7 +239,7 @@ def plot(results: list[dict], path: Path) -> None:
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle("Arithmetic from tiny-sft: GRPO variants, every seed drawn")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 
