@@ -365,3 +365,29 @@ def test_notebook_never_shows_a_numeric_answer(path):
         if cell["cell_type"] == "code":
             source = "".join(cell["source"])
             assert not revealed_answers(source), f"{path.name}, cell {cell.get('id')}: reveals an answer:\n{source}"
+
+
+def test_the_grpo_since_r1_explanations_quote_the_librarys_numbers():
+    """Each number an explanation of notebook 07's quizzes states, recomputed (by the library where it has it)."""
+    def explanation(question_id: str) -> str:
+        return quiz.QUESTIONS[question_id].explanation
+
+    groups = torch.cartesian_prod(*[torch.tensor([0.0, 1.0], dtype=torch.float64)] * 8)  # every 0/1 group, G = 8
+    right = groups.sum(-1)
+    dropped = ~losses.informative_groups(groups.reshape(-1), 8)
+    for p, digits, quoted in ((0.5, 1, "0.8%"), (0.9, 2, "43%")):
+        share = float((p**right * (1 - p) ** (8 - right))[dropped].sum())
+        assert f"{100 * share:.{digits}g}%" == quoted and quoted in explanation("r1-wasted-groups")
+    for eps, quoted in ((0.2, "0.012"), (0.28, "0.0128")):
+        assert f"{0.01 * (1 + eps):.3g}" == quoted and f"{quoted} at" in explanation("r1-clip-higher")
+    assert f"{1.01 ** 200:.2g}" == "7.3" and "≈ 7.3" in explanation("r1-token-vs-sequence-ratio")
+    rewards = torch.tensor([1.0] * 4 + [0.0] * 4, dtype=torch.float64)
+    for easy_length, hard_length, quoted in ((4, 4, ("±0.98",)), (3, 10, ("+1.81", "-0.54"))):
+        mask = torch.ones(8, 10, dtype=torch.float64)
+        mask[:4, easy_length:], mask[4:, hard_length:] = 0, 0
+        advantages = losses.reinforce_plus_plus_advantages(rewards, mask)
+        easy, hard = float(advantages[0, 0]), float(advantages[4, 0])
+        said = (f"±{easy:.2f}",) if math.isclose(easy, -hard) else (f"+{easy:.2f}", f"{hard:.2f}")
+        assert said == quoted and all(q in explanation("r1-reinforce-pp-batch") for q in quoted)
+    assert not losses.reinforce_plus_plus_advantages(rewards, torch.ones(8, 4), group_size=4).any()
+    assert not losses.grpo_advantages(rewards, 4).any()

@@ -13,6 +13,7 @@ from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, ran
 
 TOPIC = "grpo-since-r1"
 DAPO_EPS_LOW, DAPO_EPS_HIGH = 0.2, 0.28  # DAPO's clip-higher (Yu et al., 2025)
+GSPO_EPS_LOW, GSPO_EPS_HIGH = 3e-4, 4e-4  # GSPO's clip range of s_i (Zheng et al., 2025)
 
 # ---------------------------------------------------------------------------------------------------------
 # clip-higher
@@ -38,7 +39,7 @@ def _clip_higher_cases():
              dict(ratio=tensor([[0.75, 1.15, 0.65, 1.05]]), advantages=tensor([[-1.0, 2.0, -1.0, 2.0]]), eps_low=0.3,
                   eps_high=0.1)),
         Case("r far outside, Â of the sign the clip does not touch (unclipped, full gradient)",
-             dict(ratio=tensor([[3.0, 0.2]]), advantages=tensor([[-1.5, 1.5]]), eps_low=low, eps_high=high)),
+             dict(ratio=tensor([[4.0, 0.2]]), advantages=tensor([[-1.5, 1.5]]), eps_low=low, eps_high=high)),
         Case("r exactly on an edge", dict(ratio=edges, advantages=tensor([[-1.0, 1.0, 1.0, -1.0]]), eps_low=low,
                                           eps_high=high), check_grad=False),
         Case("ε_low = ε_high = 0.2: PPO's symmetric clip", dict(ratio=ratio, advantages=-2 * advantages, eps_low=0.2,
@@ -56,6 +57,19 @@ def _surrogate_clipped_at(low, high):
 
 def _surrogate_clamp_only(ratio, advantages, eps_low, eps_high):
     return torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * advantages
+
+
+def _surrogate_dual_clip(ratio, advantages, eps_low, eps_high):
+    surrogate = losses.clipped_surrogate(ratio, advantages, eps_low, eps_high)
+    return torch.where(advantages < 0, torch.maximum(surrogate, 3.0 * advantages), surrogate)
+
+
+def _surrogate_of_exp_ratio(ratio, advantages, eps_low, eps_high):
+    return losses.clipped_surrogate(torch.exp(ratio), advantages, eps_low, eps_high)
+
+
+def _surrogate_product_clipped(ratio, advantages, eps_low, eps_high):
+    return torch.minimum(ratio * advantages, torch.clamp(ratio * advantages, 1 - eps_low, 1 + eps_high))
 
 
 def _surrogate_no_clip(ratio, advantages, eps_low, eps_high):
@@ -109,9 +123,22 @@ CLIP_HIGHER = Exercise(
                 "r = 0.75 with Â < 0 is clipped at 0.8."),
         Mistake("ε_low and ε_high swapped", _surrogate_clipped_at(lambda lo, hi: 1 - hi, lambda lo, hi: 1 + lo),
                 "ε_high is on the low side and ε_low on the high side: clip(r, 1 - ε_low, 1 + ε_high)."),
-        Mistake("clip range [-ε_low, ε_high]", _surrogate_clipped_at(lambda lo, hi: -lo, lambda lo, hi: hi),
-                "the clip range is [-ε_low, ε_high]: the ratio is 1 when nothing moved, clip it to "
-                "[1 - ε_low, 1 + ε_high]."),
+        Mistake("clip range without the 1", _surrogate_clipped_at(lambda lo, hi: -lo, lambda lo, hi: hi),
+                "an edge of your clip range is ε itself ([-ε_low, ε_high], [ε_low, ε_high], or the 1 + left out "
+                "of the upper edge): the ratio is 1 when nothing moved, clip it to [1 - ε_low, 1 + ε_high]."),
+        Mistake("DAPO's 0.2 and 0.28 written in", _surrogate_clipped_at(lambda lo, hi: 1 - DAPO_EPS_LOW,
+                                                                        lambda lo, hi: 1 + DAPO_EPS_HIGH),
+                f"your clip range is DAPO's [{1 - DAPO_EPS_LOW:g}, {1 + DAPO_EPS_HIGH:g}] whatever the arguments say: "
+                f"use eps_low and eps_high, clip(r, 1 - eps_low, 1 + eps_high)."),
+        Mistake("the product r Â clipped", _surrogate_product_clipped,
+                "you clip the product r Â to [1 - ε_low, 1 + ε_high]: it is the RATIO that is clipped, then "
+                "multiplied by Â, min(r Â, clip(r, 1 - ε_low, 1 + ε_high) Â)."),
+        Mistake("ratio exponentiated", _surrogate_of_exp_ratio,
+                "you take exp of the first argument: it is already the ratio r = p_θ/p_θold (1 when nothing moved), "
+                "not a log-ratio."),
+        Mistake("dual clip's floor added", _surrogate_dual_clip,
+                "you add dual-clip PPO's floor max(·, 3 Â) for Â < 0: clip-higher has no such floor, min(r Â, "
+                "clip(r, 1 - ε_low, 1 + ε_high) Â) keeps the full penalty r Â however far r moves the wrong way."),
         Mistake("log-ratio clipped", _surrogate_clipped_at(lambda lo, hi: math.exp(-lo), lambda lo, hi: math.exp(hi)),
                 "you clip log r at [-ε_low, ε_high], which clips r at [exp(-ε_low), exp(ε_high)], not at "
                 "[1 - ε_low, 1 + ε_high]: clip the ratio itself."),
@@ -120,7 +147,7 @@ CLIP_HIGHER = Exercise(
                 "side. Take the min of the two PRODUCTS, min(r Â, clip(r) Â)."),
         Mistake("clamp without the min", _surrogate_clamp_only,
                 "you return only the clipped term clip(r) Â: the min with the unclipped r Â is what keeps the full "
-                "penalty when the ratio moves the wrong way (r = 3 with Â < 0 must count as 3 Â, not 1.28 Â)."),
+                "penalty when the ratio moves the wrong way (r = 4 with Â < 0 must count as 4 Â, not 1.28 Â)."),
         Mistake("min without the clamp", _surrogate_no_clip,
                 "the ratio is never clipped (min(r Â, r Â) = r Â): min(r Â, clip(r, 1 - ε_low, 1 + ε_high) Â)."),
         Mistake("max instead of min", _surrogate_max,
@@ -182,6 +209,9 @@ def _dynamic_sampling_cases():
              dict(rewards=tensor([0.0, 0.12, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 0.0, 0.4, 0.0]),
                   group_size=4, eps=0.1)),
         Case("random rewards, G = 8", dict(rewards=randn(24, seed=33), group_size=8, eps=eps)),
+        # 1 (or 3) right of 4 has sample std exactly 0.5 in floating point: ε = 0.5 sits on the boundary, no rounding
+        Case("ε = 0.5, 0/1 rewards: 1 or 3 right of 4 have std exactly 0.5 = ε and are kept (std ≥ ε), 4 of 4 is not",
+             dict(rewards=tensor([0, 0, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 1, 1, 1]), group_size=4, eps=0.5)),
     ]
 
 
@@ -190,6 +220,26 @@ def _keep_where(statistic):
     def keep(rewards, group_size, eps):
         return statistic(rewards.view(-1, group_size)) >= eps
     return keep
+
+
+def _keep_strictly_above(rewards, group_size, eps):
+    return rewards.view(-1, group_size).std(1) > eps
+
+
+def _keep_at_library_threshold(rewards, group_size, eps):
+    return rewards.view(-1, group_size).std(1) >= CONSTANT_GROUP_STD
+
+
+def _keep_g_groups(rewards, group_size, eps):
+    return rewards.view(group_size, -1).std(1) >= eps
+
+
+def _keep_some_right(rewards, group_size, eps):
+    return rewards.view(-1, group_size).mean(1) > 0
+
+
+def _keep_some_wrong(rewards, group_size, eps):
+    return rewards.view(-1, group_size).mean(1) < 1
 
 
 def _keep_nonzero_std(rewards, group_size, eps):
@@ -238,8 +288,25 @@ DYNAMIC_SAMPLING = Exercise(
     "dynamic-sampling", TOPIC, "informative_group_mask", losses.informative_groups, _dynamic_sampling_cases,
     (
         Mistake("constant only when std is exactly 0", _keep_nonzero_std,
-                f"only std == 0 counts as constant: float noise (rewards 0.5 and 0.5 + {NOISE:g}) has a tiny std "
-                f"and no signal. Keep a group when its std is at least eps, std >= eps."),
+                f"only std == 0 (or a tiny fixed threshold) counts as constant: float noise (rewards 0.5 and "
+                f"0.5 + {NOISE:g}) has a tiny std and no signal. Keep a group when its std is at least eps, "
+                f"std >= eps."),
+        Mistake("std > eps: a group at exactly eps dropped", _keep_strictly_above,
+                "a group whose std equals eps is kept: the test is std >= eps, the same boundary as grpo_advantages, "
+                "which zeroes only a std BELOW eps (with 0/1 rewards, 1 right of 4 has std exactly 0.5)."),
+        Mistake("eps not used: a fixed threshold", _keep_at_library_threshold,
+                f"your threshold does not follow the eps argument (a hard-coded {CONSTANT_GROUP_STD:g}, or "
+                f"grpo_advantages called without eps=eps): compare each group's std with eps."),
+        Mistake("G groups of B/G rewards", _keep_g_groups,
+                "you cut the batch into G groups of B/G rewards (rewards.chunk(G) or rewards.view(G, -1)): a group "
+                "is the G answers of ONE prompt, so there are B/G groups of G, rewards.view(-1, G) or "
+                "rewards.split(G)."),
+        Mistake("only the all-wrong groups dropped", _keep_some_right,
+                "you drop a group only when every answer is wrong: a group where every answer is RIGHT has no "
+                "signal either (all Â = 0). Keep a group when its rewards differ, std >= eps."),
+        Mistake("only the all-right groups dropped", _keep_some_wrong,
+                "you drop a group only when every answer is right: a group where every answer is WRONG has no "
+                "signal either (all Â = 0). Keep a group when its rewards differ, std >= eps."),
         Mistake("population std", _keep_where(lambda R: R.std(1, correction=0)),
                 "you measure the population std (divide by G): the filter uses the sample std (divide by G - 1, "
                 "torch.std's default), the same rule as grpo_advantages."),
@@ -286,9 +353,9 @@ DYNAMIC_SAMPLING = Exercise(
 
 def _gspo_cases():
     logp, old_logp = randn(3, 5, seed=34) * 0.3 - 1.5, randn(3, 5, seed=35) * 0.3 - 1.5
-    # padding holds garbage (far from the real tokens); lengths 3, 1 and 4
+    # padding holds garbage in both log-probs (far from the real tokens); lengths 3, 1 and 4
     padded_logp = tensor([[-1.0, -0.4, -2.0, -9.0], [-0.2, -9.0, -9.0, -9.0], [-1.5, -1.1, -0.7, -0.3]])
-    padded_old = tensor([[-1.3, -0.1, -2.5, 0.0], [-0.9, 0.0, 0.0, 0.0], [-1.4, -1.2, -0.9, -0.2]])
+    padded_old = tensor([[-1.3, -0.1, -2.5, -7.0], [-0.9, -7.0, -7.0, -7.0], [-1.4, -1.2, -0.9, -0.2]])
     padded_mask = tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     long_old = torch.full((2, 12), -2.0, dtype=DTYPE)
     return [
@@ -363,6 +430,24 @@ def _gspo_over_batch_tokens(logp, old_logp, mask):
     return torch.exp(log_ratio.sum(-1) / keep.sum())
 
 
+def _gspo_count_plus_one(logp, old_logp, mask):
+    keep = mask.bool()
+    log_ratio = torch.where(keep, logp - old_logp, torch.zeros_like(logp))
+    return torch.exp(log_ratio.sum(-1) / (keep.sum(-1) + 1))
+
+
+def _gspo_clipped(logp, old_logp, mask):
+    return torch.clamp(losses.sequence_ratio(logp, old_logp, mask), 1 - GSPO_EPS_LOW, 1 + GSPO_EPS_HIGH)
+
+
+def _gspo_empty_row_zero(logp, old_logp, mask):
+    return torch.where(mask.bool().any(-1), losses.sequence_ratio(logp, old_logp, mask), torch.zeros(()))
+
+
+def _gspo_logps_divided(logp, old_logp, mask):
+    return losses.masked_mean(logp / old_logp, mask, dim=-1) + (mask.sum(-1) == 0).to(logp.dtype)
+
+
 def _gspo_empty_row_nan(logp, old_logp, mask):
     keep = mask.bool()
     log_ratio = torch.where(keep, logp - old_logp, torch.zeros_like(logp))
@@ -402,6 +487,18 @@ GSPO_RATIO = Exercise(
         Mistake("one ratio for the whole batch", _gspo_batch_ratio,
                 "you average over every real token of the batch: average within each row (dim=-1), one s_i per "
                 "sequence."),
+        Mistake("|y_i| + 1 in the denominator", _gspo_count_plus_one,
+                "you divide by the number of real tokens plus one (to avoid 0/0?): divide by |y_i| = mask.sum(-1) "
+                "itself, and guard the empty row with .clamp_min(1), which changes nothing else."),
+        Mistake("s_i clipped", _gspo_clipped,
+                f"you clip s_i (to GSPO's [1 - {GSPO_EPS_LOW:g}, 1 + {GSPO_EPS_HIGH:g}]?): this function returns the "
+                f"ratio itself; the clip comes later, in the surrogate min(s_i Â_i, clip(s_i) Â_i)."),
+        Mistake("log-probs divided", _gspo_logps_divided,
+                "you divide log-probs (logp / old_logp): a ratio of probabilities is a DIFFERENCE of log-probs, "
+                "r_t = exp(logp - old_logp), and s_i = exp(mean_t (logp - old_logp))."),
+        Mistake("0 for an answer without tokens", _gspo_empty_row_zero,
+                "a row with no real token gets s_i = 1, not 0: its mean log-ratio counts as 0 and exp(0) = 1 (its "
+                "loss is zero anyway, as its mask is all 0)."),
         Mistake("0/0 for an answer without tokens", _gspo_empty_row_nan,
                 "a row with no real token (a truncated answer masked out) gives 0/0 = NaN: divide by "
                 "mask.sum(-1).clamp_min(1), so that its s_i = exp(0) = 1."),
