@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import typing
 
 import pytest
@@ -318,3 +319,28 @@ def test_a_seed_numpy_cannot_take_is_refused_naming_the_field(config_cls, seed):
     else:
         with pytest.raises(ValueError, match=rf"{config_cls.__name__}\.seed must be in \[0, 2\*\*32 - 1\], got {seed}"):
             config_cls(seed=seed)
+
+
+@FUZZ
+@given(st.sampled_from(sorted(RECIPES)) | st.text(max_size=6),
+       st.dictionaries(st.sampled_from(RECIPE_FIELDS), st.sampled_from(sorted(RECIPES)), max_size=3))
+def test_the_python_api_takes_a_recipe_as_the_command_line_does(monkeypatch, name, flags):
+    """Found: the Python API had only `GRPOConfig(**RECIPES["dapo"], eps=0.1)`: a TypeError for a field the recipe
+    sets, a bare KeyError for an unknown name. GRPOConfig.from_recipe gives the command line's config."""
+    from minirlhf import __main__ as cli
+    from minirlhf.trainers import grpo
+
+    fields = {field: RECIPES[source].get(field, GRPOConfig.__dataclass_fields__[field].default)
+              for field, source in flags.items()}
+    if name not in RECIPES:
+        with pytest.raises(ValueError, match=re.escape(f"unknown recipe {name!r}")):
+            GRPOConfig.from_recipe(name, **fields)
+        return
+    argv = ["grpo", "--recipe", name]
+    for field, value in fields.items():
+        argv += [f"--{field.replace('_', '-')}", str(value).lower() if value is None or isinstance(value, bool)
+                 else str(value)]
+    seen = []
+    monkeypatch.setattr(grpo, "train_grpo", lambda data, config: seen.append(config) or (None, None, [{"step": 0}]))
+    cli._main(argv)
+    assert GRPOConfig.from_recipe(name, **fields) == seen[0]

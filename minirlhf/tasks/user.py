@@ -123,9 +123,10 @@ def located_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",
         if not isinstance(row, dict):
             raise ValueError(f"{where}: expected a JSON object with {', '.join(required)}, got {type(row).__name__}")
         for field in required:
-            if not isinstance(row.get(field), str) or not row[field].strip():
-                raise ValueError(f"{where}: field {field!r} must be a non-empty string (not only white space), got "
-                                 f"{row.get(field)!r}")
+            value = row.get(field)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{where}: field {field!r} must be a non-empty string, got {value!r}"
+                                 + (" (white space only)" if isinstance(value, str) and value else ""))
             check_text(row[field], where, field)
     columns = set(numbered[0][1])
     for where, row in numbered:

@@ -45,7 +45,7 @@ from minirlhf.trainers.online import (
 )
 
 # The recipes of the papers since DeepSeek-R1 (`python -m minirlhf grpo --recipe dapo`, or
-# GRPOConfig(**RECIPES["dapo"], ...)): the fields each one sets together. Flags given on the command line win; a
+# GRPOConfig.from_recipe("dapo", ...)): the fields each one sets together. Flags given on the command line win; a
 # resumed run keeps its own config.json (which records the fields, not the recipe's name), and a recipe named on
 # resume that disagrees with it is refused (`__main__._refuse_other_settings`). None of them sets the
 # batch shape: clipping only acts off-policy, so give --epochs > 1 or a --minibatch-size below the batch.
@@ -88,6 +88,14 @@ class GRPOConfig(OnlineConfig):
     # the informative groups it has (groups_kept < prompts_per_step), and skips its update when there are none
     max_sampling_rounds: int = 4
     mask_truncated_completions: bool = False  # DAPO's overlong filtering: answers cut at the budget get no loss
+
+    @classmethod
+    def from_recipe(cls, name: str, **fields: Any) -> GRPOConfig:
+        """The config of recipe `name` (RECIPES) with `fields` over it, as on the command line: `--recipe dapo
+        --epochs 2` is GRPOConfig.from_recipe("dapo", epochs=2), and a field given wins over the recipe's."""
+        if name not in RECIPES:
+            raise ValueError(f"unknown recipe {name!r}; the recipes are {', '.join(RECIPES)}")
+        return cls(**(RECIPES[name] | fields))
 
     def validate(self) -> None:
         super().validate()
