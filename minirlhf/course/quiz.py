@@ -30,7 +30,8 @@ import torch
 from minirlhf import losses
 from minirlhf.course import toy
 
-TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "grpo-since-r1", "capstone")
+TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "grpo-since-r1",
+          "capstone")
 
 
 @dataclass(frozen=True)
