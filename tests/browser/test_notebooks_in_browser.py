@@ -74,6 +74,8 @@ EXPLORER_CASES = [
                  (Move("γ", "γ = {:.2f}", key="ArrowLeft"), Move("λ", "λ = {:.2f}"))),
     ExplorerCase("04-grpo-group-size", "04a_grpo.ipynb", "baseline std", (Move("G", "G = {:.0f}"),)),
     ExplorerCase("05-dpo-beta", "05a_dpo.ipynb", "gradient weight", (Move("β", "β = {:.2f}"),)),
+    ExplorerCase("07-clip-higher-eps", "07_grpo_since_r1.ipynb", "clip-higher lets",
+                 (Move("ε_low", "ε_low = {:.2f}"), Move("ε_high", "ε_high = {:.2f}"))),
 ]
 VOILA_CASE = EXPLORER_CASES[0]  # the cheapest notebook to render: no training
 
