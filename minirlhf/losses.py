@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
+from minirlhf.checks import check_choice, check_count, check_interval, check_non_negative, check_positive
 
 AGGREGATIONS = ("seq-sum", "seq-mean", "token-mean", "constant")
 GRPO_SCALES = ("group", "batch", "none")
@@ -113,8 +113,7 @@ def _check_overflow(advantages: Tensor, rewards: Tensor) -> Tensor:
 
 def check_group_size(group_size: int) -> None:
     """G >= 2: the group is the baseline (GRPO's mean and std, RLOO's mean of the others), and one answer has none."""
-    if not isinstance(group_size, int) or group_size < 2:
-        raise ValueError(f"group_size must be >= 2 (a group of one has no baseline), got {group_size!r}")
+    check_count("group_size", group_size, minimum=2, why="a group of one has no baseline")
 
 
 def check_gae(gamma: float, lam: float) -> None:

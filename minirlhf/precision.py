@@ -17,6 +17,8 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 from torch import nn
 
+from minirlhf.checks import check_choice
+
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -24,8 +26,7 @@ _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 def resolve_precision(precision: str, device: torch.device) -> torch.dtype:
     """The compute dtype of autocast: 'auto' is bf16 on a CUDA GPU that supports it, fp16 on one that does not
     (T4, V100), float32 elsewhere. bf16 also runs on CPU (slowly: for tests); fp16 needs CUDA."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    check_choice("precision", precision, PRECISIONS)
     if precision == "auto":
         if device.type != "cuda":
             return torch.float32

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from minirlhf.checks import check_choice, check_count, check_interval, check_positive
 from minirlhf.cuda_graphs import StaticDecoder, supports_static_decoding
 from minirlhf.logprobs import cache_keyword, logprobs_from_logits, position_ids_from_mask
 from minirlhf.models import context_size, eval_mode
@@ -84,10 +85,8 @@ def sample(
     "static" over a preallocated cache, "graph" the same replayed as a CUDA graph (`minirlhf.cuda_graphs`);
     "auto" is "graph" for a model on CUDA with SDPA attention and "dynamic" everywhere else.
     """
-    _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p)
+    _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p, decoder)
     device = next(model.parameters()).device
-    if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {list(DECODERS)}, got {decoder!r}")
     if decoder == "auto":
         decoder = "graph" if device.type == "cuda" and supports_static_decoding(model) else "dynamic"
     repeated = [p for p in prompts for _ in range(group_size)]
@@ -203,20 +202,16 @@ def _generator_on(device: torch.device, generator: torch.Generator | None) -> to
     return torch.Generator(device).manual_seed(seed)
 
 
-def _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p) -> None:
+def _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p, decoder) -> None:
     if isinstance(prompts, str):
         raise ValueError("prompts must be a list of strings, got a single string; wrap it in a list")
     if len(prompts) == 0:
         raise ValueError("prompts is empty: give at least one prompt")
     if any(len(p) == 0 for p in prompts):
         raise ValueError(f"prompts[{[len(p) for p in prompts].index(0)}] is an empty string")
-    if group_size < 1:
-        raise ValueError(f"group_size must be >= 1, got {group_size}")
-    if max_new_tokens <= 0:
-        raise ValueError(f"max_new_tokens must be > 0, got {max_new_tokens}")
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {temperature}")
-    if top_k < 0:
-        raise ValueError(f"top_k must be >= 0 (0 = off), got {top_k}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    check_count("group_size", group_size)
+    check_count("max_new_tokens", max_new_tokens)
+    check_positive("temperature", temperature, why="use greedy=True for argmax")
+    check_count("top_k", top_k, minimum=0, why="0 = off")
+    check_interval("top_p", top_p, 0.0, 1.0, low_included=False, why="1 = off")
+    check_choice("decoder", decoder, DECODERS)

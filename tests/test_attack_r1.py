@@ -317,7 +317,8 @@ def test_a_seed_numpy_cannot_take_is_refused_naming_the_field(config_cls, seed):
         np.random.RandomState(seed)  # the values a config takes are the values numpy takes
         config_cls(seed=seed)
     else:
-        with pytest.raises(ValueError, match=rf"{config_cls.__name__}\.seed must be in \[0, 2\*\*32 - 1\], got {seed}"):
+        refused = rf"{config_cls.__name__}\.seed must lie in \[0, {2**32}\) \(numpy's seeds\), got {seed}"
+        with pytest.raises(ValueError, match=refused):
             config_cls(seed=seed)
 
 

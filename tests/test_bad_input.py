@@ -32,7 +32,7 @@ from minirlhf.trainers.sft import SFTConfig, train_sft
     (GRPOConfig, "eps", -0.2, "eps must be > 0"),
     (GRPOConfig, "lr", -1e-4, "lr must be > 0"),
     (DPOConfig, "beta", 0.0, "beta must be > 0"),
-    (GRPOConfig, "group_size", 1, "group_size must be >= 2"),
+    (GRPOConfig, "group_size", 1, "group_size must be an integer >= 2"),
     (GRPOConfig, "minibatch_size", 5, "minibatch_size .5. must divide"),
     (GRPOConfig, "epochs", 1.5, "epochs must be int, got 1.5"),
     (PPOConfig, "epochs", 2.0, "epochs must be int, got 2.0"),

@@ -15,18 +15,18 @@ import math
 
 import torch
 
+from minirlhf.checks import check_count, check_interval
+
 
 def kl_bound(n: int) -> float:
     """log N - (N - 1)/N: the KL of best-of-N from its base policy when rewards never tie."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    check_count("n", n)
     return math.log(n) - (n - 1) / n
 
 
 def best_of_n_probs(probs: torch.Tensor, rewards: torch.Tensor, n: int) -> torch.Tensor:
     """p_N(k) = F(k)^N - F(k-1)^N for a categorical `probs` (K,) whose outcomes have distinct `rewards` (K,)."""
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
+    check_count("n", n)
     if torch.unique(rewards).numel() != rewards.numel():
         raise ValueError("rewards must be distinct: with ties, which answer best-of-N keeps is up to the tie-break")
     order = torch.argsort(rewards)
@@ -53,8 +53,8 @@ def expected_best_of_n(proxy: torch.Tensor, gold: torch.Tensor, n: int) -> tuple
     if proxy.shape != gold.shape or proxy.dim() != 2:
         raise ValueError(f"proxy and gold must both be (P, M), got {tuple(proxy.shape)} and {tuple(gold.shape)}")
     M = proxy.shape[1]
-    if not 1 <= n <= M:
-        raise ValueError(f"n must be in [1, {M}] (the samples per prompt), got {n}")
+    check_count("n", n)
+    check_interval("n", n, 1, M, why="M, the samples per prompt")
     order = torch.argsort(proxy, dim=1, stable=True)  # (P, M) ascending
     weights = torch.tensor([math.comb(i, n - 1) / math.comb(M, n) for i in range(M)], dtype=torch.float64)
     expected = [float((x.gather(1, order).double() * weights).sum(1).mean()) for x in (proxy, gold)]

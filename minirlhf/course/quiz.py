@@ -28,6 +28,7 @@ import ipywidgets as W
 import torch
 
 from minirlhf import losses
+from minirlhf.checks import check_interval
 from minirlhf.course import toy
 
 TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "grpo-since-r1",
@@ -133,8 +134,7 @@ def _kl_k3(logp: float, ref_logp: float) -> float:
 def _all_equal_probability(p: float, G: int) -> float:
     """P(losses.informative_groups drops a group of G answers, each right with probability p): summed exactly over
     the 2^G patterns of 0/1 rewards, each weighted by p^(number right) (1 - p)^(number wrong)."""
-    if not 0 <= p <= 1:
-        raise ValueError(f"p is a probability, in [0, 1]; got {p}")
+    check_interval("p", p, 0.0, 1.0, why="a probability")
     patterns = torch.cartesian_prod(*[torch.tensor([0.0, 1.0], dtype=torch.float64)] * G).view(-1, G)  # (2^G, G)
     right = patterns.sum(-1)
     probability = p**right * (1 - p) ** (G - right)  # (2^G,)

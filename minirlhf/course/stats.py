@@ -23,6 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from minirlhf.checks import check_count, check_interval
+
 
 @dataclass(frozen=True)
 class SeedSummary:
@@ -61,8 +63,8 @@ def t_quantile(probability: float, df: int) -> float:
     """The `probability` quantile of Student's t with `df` degrees of freedom (probability in (0.5, 1)).
 
     The density integrated by Simpson's rule, inverted by bisection: accurate to about 1e-6, with no scipy."""
-    if not 0.5 < probability < 1 or df < 1:
-        raise ValueError(f"t_quantile needs 0.5 < probability < 1 and df >= 1, got probability={probability}, df={df}")
+    check_interval("probability", probability, 0.5, 1.0, low_included=False, high_included=False)
+    check_count("df", df)
     log_norm = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
 
     def density(t: float) -> float:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from minirlhf import losses
+from minirlhf.checks import check_choice, check_count, check_positive
 
 DTYPE = torch.float64
 
@@ -203,8 +204,8 @@ def score_function_gradients(logits: Sequence[float] | torch.Tensor, rewards: Se
       "mean"   b = mean of the group, including y itself (GRPO)  -> mean shrinks by (G-1)/G
       "loo"    b = mean of the other G-1 rewards (RLOO)          -> unbiased
     """
-    if baseline not in BASELINES:
-        raise ValueError(f"baseline must be one of {BASELINES}, got {baseline!r}")
+    if baseline is not None:
+        check_choice("baseline", baseline, [b for b in BASELINES if b is not None], why="or None")
     logits, rewards = as_tensor(logits), as_tensor(rewards)
     p = torch.softmax(logits, -1)
     generator = torch.Generator().manual_seed(seed)
@@ -291,8 +292,7 @@ class GroupNoise:
 
 def group_baseline_noise(p_correct: float, G: int, n_trials: int = 4000, seed: int = 0) -> GroupNoise:
     """Simulate n_trials groups of G Bernoulli(p_correct) rewards and GRPO's advantages on them."""
-    if G < 2:
-        raise ValueError(f"a group needs G >= 2 responses, got {G}")
+    check_count("G", G, minimum=2, why="a group of one has no baseline")
     generator = torch.Generator().manual_seed(seed)
     rewards = (torch.rand(n_trials, G, generator=generator, dtype=DTYPE) < p_correct).to(DTYPE)
     advantages = losses.grpo_advantages(rewards.flatten(), G).view(n_trials, G)
@@ -401,8 +401,7 @@ def k3_penalty_optimum(p_ref: Sequence[float] | torch.Tensor, rewards: Sequence[
     and Σ_y p(y) falls from ∞ to 0 as λ grows past max R, so bisection finds the one λ with Σ p = 1.
     A polynomial tilt of p_ref, where optimal_policy's exact KL(p ‖ p_ref) gives the exponential one.
     """
-    if beta <= 0:
-        raise ValueError(f"beta must be > 0, got {beta}")
+    check_positive("beta", beta)
     p_ref, rewards = as_tensor(p_ref), as_tensor(rewards)
     support = p_ref > 0
     top = rewards[support].max()
@@ -433,8 +432,7 @@ def expected_grpo_gradient(logits: Sequence[float] | torch.Tensor, p_ref: Sequen
     so this is what one GRPO step pushes with on average. The expectation is a sum over all K^G groups, each
     weighted by Π_i p_θ(y_i): no sampling. scale="batch" is refused (its std would run over all K^G groups).
     """
-    if scale not in ("group", "none"):
-        raise ValueError(f"scale must be 'group' or 'none' for an exact expectation over one group, got {scale!r}")
+    check_choice("scale", scale, ("group", "none"), why="an exact expectation runs over one group")
     theta = as_tensor(logits).clone().requires_grad_(True)
     ref_logp, rewards = as_tensor(p_ref).log(), as_tensor(rewards)
     groups = torch.cartesian_prod(*[torch.arange(len(rewards))] * group_size).view(-1, group_size)  # (K^G, G)

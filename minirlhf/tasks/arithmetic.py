@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minirlhf.checks import check_choice
 from minirlhf.data import SFTData
 from minirlhf.sampling import sample
 from minirlhf.tasks import Task
@@ -52,8 +53,7 @@ def split_of(a: int, b: int) -> str:
 
 def problems(split: str) -> list[Problem]:
     """All problems of one split ('train' or 'test') in a fixed order."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    check_choice("split", split, ("train", "test"))
     return [Problem(a, b) for a in range(MAX_OPERAND) for b in range(MAX_OPERAND) if split_of(a, b) == split]
 
 

@@ -29,6 +29,8 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 
+from minirlhf.checks import check_choice, check_count
+
 # --------------------------------------------------------------------------------------------------
 # Word lists. Every entry here is neutral for sentiment unless it sits in a list named after a polarity.
 # --------------------------------------------------------------------------------------------------
@@ -321,8 +323,7 @@ def generate_reviews(n: int, seed: int = 0) -> list[Review]:
 
     Deterministic for a given ``seed``; uses its own ``random.Random`` and never the global RNG.
     """
-    if n < 0:
-        raise ValueError(f"n must be non-negative, got {n}")
+    check_count("n", n, minimum=0)
     rng = random.Random(seed)
     reviews: list[Review] = []
     while len(reviews) < n:
@@ -381,8 +382,7 @@ def sentiment_prompts(split: str = "train", n: int | None = None) -> list[str]:
 
     The two splits are disjoint and never change between runs. ``n`` keeps the first ``n`` (sorted) prompts.
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    check_choice("split", split, ("train", "test"))
     prompts = list(_split()[split])
     return prompts if n is None else prompts[:n]
 
@@ -393,8 +393,7 @@ def review_openings(n: int, seed: int, split: str = "train") -> list[str]:
     ``split`` is ``"train"`` (default, so training code cannot leak held-out prompts), ``"test"`` or
     ``"all"``.
     """
-    if n < 0:
-        raise ValueError(f"n must be non-negative, got {n}")
+    check_count("n", n, minimum=0)
     pool = list(all_openings()) if split == "all" else sentiment_prompts(split)
     rng = random.Random(seed)
     return [rng.choice(pool) for _ in range(n)]

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from minirlhf.checks import check_count, check_interval
+
 
 def soft_overlong_punishment(
     max_completion_len: int, soft_punish_cache: int, tokenizer: Any = None
@@ -26,11 +28,9 @@ def soft_overlong_punishment(
     token when the answer finished), else the tokens `tokenizer` gives the completion text (no EOS: the text has
     none), so a finished answer counts one token fewer than in TRL.
     """
-    if not isinstance(max_completion_len, int) or max_completion_len < 1:
-        raise ValueError(f"max_completion_len must be an int >= 1, got {max_completion_len!r}")
-    if not isinstance(soft_punish_cache, int) or not 0 <= soft_punish_cache <= max_completion_len:
-        raise ValueError(f"soft_punish_cache must be an int in [0, max_completion_len = {max_completion_len}], "
-                         f"got {soft_punish_cache!r}")
+    check_count("max_completion_len", max_completion_len)
+    check_count("soft_punish_cache", soft_punish_cache, minimum=0)
+    check_interval("soft_punish_cache", soft_punish_cache, 0, max_completion_len, why="max_completion_len")
     free = max_completion_len - soft_punish_cache  # L_max - L_cache: the lengths that cost nothing
 
     def soft_overlong_punishment_reward(

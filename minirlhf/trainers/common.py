@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from minirlhf.checks import check_choice, check_non_negative, check_positive
+from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
 from minirlhf.data import Evaluation
 from minirlhf.errors import UserError
 from minirlhf.models import check_tokenizer, eval_mode, load_model
@@ -101,8 +101,8 @@ class TrainConfig:
                 require_choice(self, f.name, f.metadata["choices"])
         require_positive(self, "steps", "lr", "keep_checkpoints")
         require_non_negative(self, "max_grad_norm", "save_every", "eval_every")
-        if not 0 <= self.seed < 2**32:  # numpy's seeds (set_seed); a failure there would name no field
-            raise ValueError(f"{type(self).__name__}.seed must be in [0, 2**32 - 1], got {self.seed!r}")
+        # numpy's seeds (set_seed): a failure there would name no field
+        check_interval(f"{type(self).__name__}.seed", self.seed, 0, 2**32, high_included=False, why="numpy's seeds")
         if self.save_every and self.out_dir is None:
             raise ValueError(f"{type(self).__name__}.save_every={self.save_every} needs an out_dir to write to")
 

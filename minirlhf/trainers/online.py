@@ -9,7 +9,6 @@ Everything returned is cut to the response columns [P, P + N), so the losses see
 from __future__ import annotations
 
 import dataclasses
-import math
 import random
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -20,6 +19,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from minirlhf import diagnostics
+from minirlhf.checks import check_finite, check_interval
 from minirlhf.data import check_prompt_room
 from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.errors import UserError
@@ -81,11 +81,9 @@ class OnlineConfig(TrainConfig):
         super().validate()
         require_positive(self, "prompts_per_step", "group_size", "temperature")
         require_non_negative(self, "beta", "overlong_cache", "top_k", "overlong_weight")
-        if not 0 < self.top_p <= 1:  # written so that NaN fails too
-            raise ValueError(f"{type(self).__name__}.top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+        check_interval(f"{type(self).__name__}.top_p", self.top_p, 0.0, 1.0, low_included=False, why="1 = off")
         for k, weight in enumerate(self.reward_weights or []):
-            if not math.isfinite(weight):
-                raise ValueError(f"{type(self).__name__}.reward_weights[{k}] must be a finite number, got {weight!r}")
+            check_finite(f"{type(self).__name__}.reward_weights[{k}]", weight)
         if self.overlong_weight != 1.0 and not self.overlong_cache:
             raise ValueError(f"{type(self).__name__}.overlong_weight={self.overlong_weight!r} weighs the soft overlong "
                              "penalty, which is off (overlong_cache = 0): give overlong_cache too, or drop it")
