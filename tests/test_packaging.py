@@ -43,20 +43,32 @@ print(len(pairs), "sentiment pairs")
 """
 
 
-def run(command: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+def run(command: list[str], cwd: Path, env: dict[str, str] | None = None, with_stderr: bool = False) -> str:
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     assert result.returncode == 0, f"{' '.join(command)} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
-    return result.stdout
+    return result.stdout + result.stderr if with_stderr else result.stdout
 
 
 @pytest.fixture(scope="module")
 def dist_dir(tmp_path_factory) -> Path:
-    """The wheel and the sdist built from the repository."""
+    """The wheel and the sdist built from the repository, and what the builds printed (build.log beside them):
+    pip -v passes on the build backend's output, which pip hides otherwise."""
     out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--quiet", "-w", str(out)], cwd=out)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # a user's build byte-compiles
+    wheel = run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-v", "-w", str(out)], out, env, True)
     build_sdist = f"from setuptools import build_meta; build_meta.build_sdist({str(out)!r})"
-    run([sys.executable, "-c", build_sdist], cwd=ROOT)
+    sdist = run([sys.executable, "-c", build_sdist], ROOT, env, True)
+    (out / "build.log").write_text(wheel + sdist)
     return out
+
+
+def test_the_build_prints_no_warning(dist_dir):
+    """setuptools wraps every warning of its own in a "!!" banner under a line naming its class (e.g.
+    SetuptoolsDeprecationWarning for a licence written as a TOML table, or for a data folder that "would be
+    ignored"): a clean build prints none of them."""
+    lines = (dist_dir / "build.log").read_text().splitlines()
+    warned = [line for line in lines if "Warning" in line or "deprecat" in line.lower() or line.strip() == "!!"]
+    assert not warned, "building minirlhf warns:\n" + "\n".join(warned)
 
 
 def test_wheel_and_sdist_carry_the_shipped_data(dist_dir):
