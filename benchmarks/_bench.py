@@ -6,12 +6,13 @@ parent writes the job list to a JSON file, runs `python <script> --worker jobs.j
 results back. `--quick` puts all jobs into ONE worker (one torch import instead of one per method): the same
 code path, but then the peak RSS is cumulative over the jobs and only shows that the plumbing works.
 
-Also here: the census of the models a method holds (found with the garbage collector while it trains), the
-machine description, and markdown tables.
+Also here: the flags every benchmark takes, the census of the models a method holds (found with the garbage
+collector while it trains), the machine description, markdown tables and figures written to files.
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -26,6 +27,14 @@ from pathlib import Path
 from typing import Any
 
 # ----------------------------------------------------------------------------------------------- processes
+
+
+def add_run_flags(parser: argparse.ArgumentParser, results: str, quick: str) -> None:
+    """The flags every benchmark shares: --out (the folder of results.{json,md,png}), --quick (a smoke test that
+    does `quick`), and the hidden --worker with which run_workers starts each fresh process."""
+    parser.add_argument("--out", default="benchmarks/results", help=f"folder for {results}.{{json,md,png}}")
+    parser.add_argument("--quick", action="store_true", help=f"smoke test: {quick}")
+    parser.add_argument("--worker", nargs=2, metavar=("JOBS", "RESULTS"), help=argparse.SUPPRESS)
 
 
 def peak_rss_mb() -> float:
@@ -78,6 +87,31 @@ def worker_main(job_file: str, result_file: str, run_job: Callable[[dict], dict]
         }
         results.append(result)
         Path(result_file).write_text(json.dumps(results, indent=1))
+
+
+# ----------------------------------------------------------------------------------------------- evaluation
+
+
+class HeldOutAccuracy:
+    """A run's evaluation on arithmetic: greedy exact match on the first `n` held-out problems (all when n is None),
+    each evaluation recorded in `evals` with its wall time and its train time since `t0`: the wall time less every
+    evaluation so far (`eval_s`), so that evaluation is taken out of train time."""
+
+    def __init__(self, n: int | None, t0: float) -> None:
+        from minirlhf.tasks import arithmetic  # imported here: the parent process never needs torch
+
+        self.problems = arithmetic.problems("test")[:n]
+        self.t0, self.eval_s, self.evals = t0, 0.0, []
+
+    def __call__(self, model, tokenizer) -> dict[str, float]:
+        from minirlhf.tasks import arithmetic
+
+        start = time.perf_counter()
+        accuracy = arithmetic.accuracy(model, tokenizer, self.problems)
+        end = time.perf_counter()
+        self.eval_s += end - start
+        self.evals.append({"accuracy": accuracy, "wall_s": end - self.t0, "train_s": end - self.t0 - self.eval_s})
+        return {"accuracy": accuracy}
 
 
 # ----------------------------------------------------------------------------------------------- models
@@ -140,3 +174,23 @@ def fmt(value: float | None, digits: int = 3) -> str:
         return "n/a"
     text = f"{value:.{digits}f}"
     return text[1:] if text.startswith("-") and float(text) == 0 else text  # no "-0.00"
+
+
+# ----------------------------------------------------------------------------------------------- figures
+
+
+def pyplot():
+    """matplotlib.pyplot drawing into files only (the Agg backend: no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, dpi: int = 120) -> None:
+    """Lay the figure out, write it to `path` and free its memory."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)

@@ -32,7 +32,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from _bench import census_mb, census_summary, fmt, machine_info, markdown_table, model_census, run_workers, worker_main
+from _bench import (
+    add_run_flags,
+    census_mb,
+    census_summary,
+    fmt,
+    machine_info,
+    markdown_table,
+    model_census,
+    pyplot,
+    run_workers,
+    save_figure,
+    worker_main,
+)
 
 REFERENCE = "tiny"  # the sentiment task's reference policy: p_ref and the start of every run
 
@@ -198,9 +210,7 @@ def table(results: list[dict], shared_process: bool) -> str:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
+    pyplot()  # viz draws with it
     from minirlhf.course import viz
 
     runs = []
@@ -221,8 +231,7 @@ def plot(results: list[dict], path: Path) -> None:
     ax.set_ylabel("held-out sentiment (VADER)")
     ax.set_xlabel("KL(p_θ ‖ p_ref), nats per sequence  (×: mid-run checkpoints)")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -244,10 +253,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="folder of a saved RewardModel: loaded if it exists, else trained and saved there")
     parser.add_argument("--evals", type=int, default=2, help="in-run evaluations per run besides step 0")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/results", help="folder for frontier.{json,md,png}")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: one beta per method, a step or two each, 8 prompts, one process")
-    parser.add_argument("--worker", nargs=2, metavar=("JOBS", "RESULTS"), help=argparse.SUPPRESS)
+    add_run_flags(parser, "frontier", "one beta per method, a step or two each, 8 prompts, one process")
     args = parser.parse_args(argv)
     if args.worker:
         return worker_main(*args.worker, run_job)

@@ -36,7 +36,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from _bench import fmt, machine_info, markdown_table, run_workers, worker_main
+from _bench import (
+    HeldOutAccuracy,
+    add_run_flags,
+    fmt,
+    machine_info,
+    markdown_table,
+    pyplot,
+    run_workers,
+    save_figure,
+    worker_main,
+)
 
 GRPO_VARIANTS = ("grpo", "dapo", "dr-grpo", "gspo")  # recipes of minirlhf.trainers.grpo.RECIPES
 REINFORCE_VARIANTS = ("reinforce++", "reinforce++-baseline")  # baselines of the REINFORCE trainer
@@ -75,28 +85,16 @@ def run_job(job: dict) -> dict:
     from minirlhf.tasks import arithmetic
 
     torch.set_num_threads(job["threads"])
-    held_out = arithmetic.problems("test")
-    if job["held_out"]:
-        held_out = held_out[: job["held_out"]]
-    evals: list[dict] = []
     steps: list[dict] = []
-    clock = {"eval": 0.0}
     t0, cpu0 = time.perf_counter(), time.process_time()
-
-    def evaluate(model, tokenizer) -> dict[str, float]:
-        """Greedy exact match on the held-out problems, timed so that evaluation can be taken out of train time."""
-        start = time.perf_counter()
-        accuracy = arithmetic.accuracy(model, tokenizer, held_out)
-        end = time.perf_counter()
-        clock["eval"] += end - start
-        evals.append({"accuracy": accuracy, "wall_s": end - t0, "train_s": end - t0 - clock["eval"]})
-        return {"accuracy": accuracy}
+    evaluate = HeldOutAccuracy(job["held_out"], t0)
+    held_out, evals = evaluate.problems, evaluate.evals
 
     def record_step(history) -> None:  # called at every logged row, right after the step's update
         row = history[-1]
         if "reward" in row:  # a training step (the final evaluation row has no reward)
             now = time.perf_counter()
-            steps.append({"step": row["step"], "wall_s": now - t0, "train_s": now - t0 - clock["eval"],
+            steps.append({"step": row["step"], "wall_s": now - t0, "train_s": now - t0 - evaluate.eval_s,
                           "cpu_s": time.process_time() - cpu0} | {k: row[k] for k in STEP_KEYS if k in row})
 
     config, train = make_config(job)
@@ -111,7 +109,7 @@ def run_job(job: dict) -> dict:
     return {
         "variant": job["variant"], "seed": job["seed"], "config": config.to_dict(), "steps": config.steps,
         "completions": round(groups_sampled * config.group_size), "evals": evals, "curve": steps, "wall_s": wall,
-        "eval_s": clock["eval"], "train_s": wall - clock["eval"], "cpu_s": cpu, "held_out_problems": len(held_out),
+        "eval_s": evaluate.eval_s, "train_s": wall - evaluate.eval_s, "cpu_s": cpu, "held_out_problems": len(held_out),
     }
 
 
@@ -212,14 +210,9 @@ def results_table(summaries: list[dict]) -> str:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     panels = [("accuracy", "held-out accuracy"), ("entropy", "entropy (nats/token)"),
               ("response_length", "response length (tokens)"), ("zero_std_groups", "share of zero-std groups")]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 4))
+    fig, axes = pyplot().subplots(1, 4, figsize=(17, 4))
     colors = {}
     for r in results:
         color = colors.setdefault(r["variant"], f"C{len(colors)}")
@@ -238,9 +231,7 @@ def plot(results: list[dict], path: Path) -> None:
         ax.set_xlabel("step")
     axes[0].legend(fontsize=8, loc="lower right")
     fig.suptitle("Arithmetic from tiny-sft: GRPO variants, every seed drawn")
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save_figure(fig, path, dpi=80)
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -262,12 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (torch.set_num_threads)")
     parser.add_argument("--parallel-seeds", action="store_true",
                         help="run the seeds' chains of runs side by side (one process per seed at a time)")
-    parser.add_argument("--out", default="benchmarks/results", help="folder for grpo_variants.{json,md,png}")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: 2 small steps per variant, one seed, 50 held-out problems, one process")
     parser.add_argument("--merge", nargs="+", metavar="FILE",
                         help="no runs: the report of runs already made, from grpo_variants.json or worker result files")
-    parser.add_argument("--worker", nargs=2, metavar=("JOBS", "RESULTS"), help=argparse.SUPPRESS)
+    add_run_flags(parser, "grpo_variants", "2 small steps per variant, one seed, 50 held-out problems, one process")
     args = parser.parse_args(argv)
     if args.worker:
         return worker_main(*args.worker, run_job)

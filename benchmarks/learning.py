@@ -25,7 +25,20 @@ import sys
 import time
 from pathlib import Path
 
-from _bench import census_mb, census_summary, fmt, machine_info, markdown_table, model_census, run_workers, worker_main
+from _bench import (
+    HeldOutAccuracy,
+    add_run_flags,
+    census_mb,
+    census_summary,
+    fmt,
+    machine_info,
+    markdown_table,
+    model_census,
+    pyplot,
+    run_workers,
+    save_figure,
+    worker_main,
+)
 
 METHODS = ("sft", "reinforce", "rloo", "ppo", "grpo")
 LABELS = {
@@ -63,21 +76,9 @@ def run_job(job: dict) -> dict:
     from minirlhf.tasks import arithmetic
     from minirlhf.trainers.online import OnlineConfig
 
-    held_out = arithmetic.problems("test")
-    if job["held_out"]:
-        held_out = held_out[: job["held_out"]]
-    evals: list[dict] = []
-    clock = {"eval": 0.0}
     t0 = time.perf_counter()
-
-    def evaluate(model, tokenizer) -> dict[str, float]:
-        """The task's own metric (greedy exact match), timed so that evaluation can be taken out of train time."""
-        start = time.perf_counter()
-        accuracy = arithmetic.accuracy(model, tokenizer, held_out)
-        end = time.perf_counter()
-        clock["eval"] += end - start
-        evals.append({"accuracy": accuracy, "wall_s": end - t0, "train_s": end - t0 - clock["eval"]})
-        return {"accuracy": accuracy}
+    evaluate = HeldOutAccuracy(job["held_out"], t0)
+    held_out, evals = evaluate.problems, evaluate.evals
 
     if job["method"] == "sft":  # the checkpoint every RL method starts from, evaluated, no training
         start_model = OnlineConfig().model
@@ -87,7 +88,7 @@ def run_job(job: dict) -> dict:
         evals[0] |= {"step": 0, "completions": 0}
         return {
             "method": "sft", "config": {"model": start_model}, "steps": 0, "batch_size": 0, "completions": 0,
-            "evals": evals, "census": census, "wall_s": time.perf_counter() - t0, "eval_s": clock["eval"],
+            "evals": evals, "census": census, "wall_s": time.perf_counter() - t0, "eval_s": evaluate.eval_s,
             "held_out_problems": len(held_out), "train_curve": [],
         }
 
@@ -119,7 +120,7 @@ def run_job(job: dict) -> dict:
     return {
         "method": job["method"], "config": config.to_dict(), "steps": steps, "batch_size": batch_size,
         "completions": steps * batch_size, "evals": evals, "census": census, "wall_s": wall,
-        "eval_s": clock["eval"], "held_out_problems": len(held_out), "train_curve": curve,
+        "eval_s": evaluate.eval_s, "held_out_problems": len(held_out), "train_curve": curve,
     }
 
 
@@ -202,12 +203,7 @@ def goals(summaries: list[dict]) -> list[str]:
 
 
 def plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_c, ax_t) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, (ax_c, ax_t) = pyplot().subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for result in results:
         label = LABELS[result["method"]]
         if result["method"] == "sft":
@@ -228,9 +224,7 @@ def plot(results: list[dict], path: Path) -> None:
     ax_c.set_ylabel("held-out exact-match accuracy")
     ax_c.legend(fontsize=8, loc="lower right")
     fig.suptitle("Arithmetic: held-out accuracy vs samples, every method from the same SFT checkpoint")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ------------------------------------------------------------------------------------------------ main
@@ -246,10 +240,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reinforce-baseline", choices=("ema", "none"), default="ema",
                         help="baseline of the plain REINFORCE row (RLOO has its own row)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="benchmarks/results", help="folder for learning.{json,md,png}")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke test: a step or two per method, 200 held-out problems, one process")
-    parser.add_argument("--worker", nargs=2, metavar=("JOBS", "RESULTS"), help=argparse.SUPPRESS)
+    add_run_flags(parser, "learning", "a step or two per method, 200 held-out problems, one process")
     args = parser.parse_args(argv)
     if args.worker:
         return worker_main(*args.worker, run_job)

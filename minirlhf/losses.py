@@ -672,12 +672,15 @@ def _check_lengths(**lengths: Tensor) -> None:
             raise ValueError(f"{name} must be >= 1 token for every sequence, got {count.min().item()}")
 
 
-def _check_length_normalised(**tensors: Tensor) -> None:
-    """The (B,) summed log-probs and token counts of a length-normalised loss: one shape, no inf/NaN, and every
-    token count |y| at least 1."""
-    _check_same_shape(**tensors)
-    _check_real_tokens(None, **tensors)
-    _check_lengths(chosen_lengths=tensors["chosen_lengths"], rejected_lengths=tensors["rejected_lengths"])
+def _check_length_normalised(policy_chosen_logps: Tensor, policy_rejected_logps: Tensor, chosen_lengths: Tensor,
+                             rejected_lengths: Tensor) -> None:
+    """The (B,) summed log-probs and token counts of a length-normalised loss, named as its arguments: one shape,
+    no inf/NaN, and every token count |y| at least 1."""
+    logps = {"policy_chosen_logps": policy_chosen_logps, "policy_rejected_logps": policy_rejected_logps}
+    lengths = {"chosen_lengths": chosen_lengths, "rejected_lengths": rejected_lengths}
+    _check_same_shape(**logps, **lengths)
+    _check_real_tokens(None, **logps, **lengths)
+    _check_lengths(**lengths)
 
 
 def simpo_loss(
@@ -699,12 +702,7 @@ def simpo_loss(
     losses (B,) and the rewards r(x, y_w), r(x, y_l), both (B,) and detached. TRL's CPOTrainer with
     loss_type="simpo" and cpo_alpha=0 writes the same loss as -log σ(β (Δ - γ/β)), Δ the difference of averages.
     """
-    _check_length_normalised(
-        policy_chosen_logps=policy_chosen_logps,
-        policy_rejected_logps=policy_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-    )
+    _check_length_normalised(policy_chosen_logps, policy_rejected_logps, chosen_lengths, rejected_lengths)
     check_positive("beta", beta)
     check_non_negative("gamma", gamma)
     chosen_rewards = beta * policy_chosen_logps / chosen_lengths  # (B,) r(x, y_w)
@@ -744,12 +742,7 @@ def orpo_loss(
     TRL's ORPOTrainer (λ is its `beta`) differs in two places: its L_SFT is the cross-entropy averaged over every
     token of the batch's chosen sequences, prompt tokens included, and it logs λ (1/|y|) log p_θ(y|x) as rewards.
     """
-    _check_length_normalised(
-        policy_chosen_logps=policy_chosen_logps,
-        policy_rejected_logps=policy_rejected_logps,
-        chosen_lengths=chosen_lengths,
-        rejected_lengths=rejected_lengths,
-    )
+    _check_length_normalised(policy_chosen_logps, policy_rejected_logps, chosen_lengths, rejected_lengths)
     check_non_negative("lam", lam)
     chosen_avg = policy_chosen_logps / chosen_lengths  # (B,) log P_θ(y_w|x)
     rejected_avg = policy_rejected_logps / rejected_lengths  # (B,) log P_θ(y_l|x)
