@@ -69,3 +69,25 @@ def test_every_loss_names_the_argument_that_holds_inf_or_nan(loss_name, argument
 def test_the_walk_covers_every_public_loss():
     assert set(_public_losses()) == set(VALID_INPUTS)
     assert len(_public_losses()) >= 9 and all(_tensor_arguments(fn) for fn in _public_losses().values())
+
+
+# The public functions of losses.py on tensors that are not losses (losses.py's own words: a loss is named *_loss
+# and returns something to minimise); the contract above is not theirs: an elementwise estimator maps each input to
+# its output, and the rest are the losses' helpers and logging.
+NOT_LOSSES = {
+    "estimators": {"kl_k1", "kl_k2", "kl_k3", "clipped_surrogate", "sequence_ratio", "ema_baseline", "gae",
+                   "grpo_advantages", "rloo_advantages", "reinforce_plus_plus_advantages", "kl_shaped_rewards",
+                   "token_rewards"},
+    "helpers": {"aggregate", "masked_sum", "masked_mean", "masked_whiten", "informative_groups", "mask_truncated"},
+    "logging": {"explained_variance", "pair_accuracy"},
+}
+
+
+def test_every_public_function_on_tensors_is_a_walked_loss_or_named_as_no_loss():
+    """A new function of losses.py on tensors fails here until it is either walked as a loss (VALID_INPUTS, which
+    it must be when named *_loss) or named in NOT_LOSSES: a loss under another name cannot slip past the walk."""
+    on_tensors = {name for name, fn in inspect.getmembers(losses, inspect.isfunction)
+                  if fn.__module__ == losses.__name__ and not name.startswith("_") and _tensor_arguments(fn)}
+    not_losses = set().union(*NOT_LOSSES.values())
+    assert not not_losses & set(VALID_INPUTS), not_losses & set(VALID_INPUTS)
+    assert on_tensors == set(VALID_INPUTS) | not_losses, (on_tensors ^ (set(VALID_INPUTS) | not_losses))

@@ -31,6 +31,7 @@ from minirlhf.tasks import Task, WeightedReward, call_reward, reward_name, with_
 from minirlhf.tasks.registry import resolve_task
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.common import (
+    EVAL_PREFIX,
     Run,
     TrainConfig,
     held_out_metrics,
@@ -177,8 +178,8 @@ def start_online(
     trained = {name: runtime.prepare(module) for name, module in modules.items()}  # DDP under several processes
 
     def evaluate() -> dict[str, float]:
-        kl = {} if eval_ref is None else {"eval/kl_ref": kl_to_reference(model, eval_ref, tokenizer, task, config,
-                                                                          runtime)}
+        kl = {} if eval_ref is None else {f"{EVAL_PREFIX}kl_ref": kl_to_reference(model, eval_ref, tokenizer, task,
+                                                                                  config, runtime)}
         return held_out_metrics(task.evaluate, model, tokenizer) | kl
 
     run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
