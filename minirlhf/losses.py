@@ -746,8 +746,9 @@ def orpo_loss(
     check_non_negative("lam", lam)
     chosen_avg = policy_chosen_logps / chosen_lengths  # (B,) log P_θ(y_w|x)
     rejected_avg = policy_rejected_logps / rejected_lengths  # (B,) log P_θ(y_l|x)
-    if not ((chosen_avg < 0).all() and (rejected_avg < 0).all()):
-        raise ValueError("average log-probs must be < 0: a completion of probability 1 has infinite odds")
+    for name, average in {"policy_chosen_logps": chosen_avg, "policy_rejected_logps": rejected_avg}.items():
+        if not (average < 0).all():  # the odds of a completion of probability 1 are infinite
+            raise ValueError(f"{name} / its lengths (average log-probs) must be < 0, got {average.max().item()}")
     chosen_log_odds, rejected_log_odds = _log_odds(chosen_avg), _log_odds(rejected_avg)
     sft = -chosen_avg  # L_SFT
     odds_ratio = -F.logsigmoid(chosen_log_odds - rejected_log_odds)  # L_OR
