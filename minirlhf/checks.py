@@ -4,13 +4,14 @@ Each check takes the argument's name and its value and raises a ValueError namin
 
     check_positive("beta", -0.1)                   beta must be > 0, got -0.1
     check_positive("beta", inf)                    beta must be > 0 and finite, got inf
-    check_non_negative("rpo_alpha", nan)           rpo_alpha must be >= 0 and finite, got nan
+    check_non_negative("rpo_alpha", inf)           rpo_alpha must be >= 0 and finite, got inf
     check_interval("gamma", 1.5, 0.0, 1.0)         gamma must lie in [0.0, 1.0], got 1.5
     check_count("group_size", 1, minimum=2)        group_size must be an integer >= 2, got 1
     check_finite("reward_weights[0]", nan)         reward_weights[0] must be a finite number, got nan
     check_choice("loss_type", "x", ("sigmoid",))   loss_type must be one of: sigmoid; got 'x'
 
-A check may say why the rule holds, `why="0 = off"`, in brackets before the value: top_k must be >= 0 (0 = off), ...
+A check may say why the rule holds, in brackets before the value: check_count("top_k", -1, 0, why="0 = off") says
+top_k must be an integer >= 0 (0 = off), got -1.
 
 A number here is a real number that is not a bool (True is an int in Python, not a β), and a bound is finite: an
 inf or NaN hyperparameter would reach every loss and every gradient. A count is an int (a group of 2.5 answers is no
