@@ -11,13 +11,18 @@ One process runs everything unless the script is started by `accelerate launch -
 per GPU; on CPU, add `--multi_gpu` and they talk over gloo). Then it is data parallel:
 
 - Every process holds the whole model, starts from the same seed and draws the SAME global batch (prompts,
-  pairs, examples) with the same random numbers, and works on its own contiguous share of it. GRPO/RLOO groups
+  pairs, examples) with the same random numbers, and works on its own contiguous, equal share of it (batch sizes
+  that do not divide by N are refused before the first step, `setup_runtime`, `check_epoch`). GRPO/RLOO groups
   stay whole: prompts are shared out, not completions. Sampling draws the noise of the whole batch and keeps its
   own rows, so each process samples exactly the completions a single process would (`sampling.sample`).
-- Batch statistics (group-normalised advantages, whitening) are computed on the gathered batch.
-- DDP averages the gradients. A loss that is a mean over tokens (or pairs) is multiplied by `share`, so that the
-  average of the processes' losses is the mean over the global batch: N processes take the same optimisation
-  steps as one process with the same global batch (up to float rounding).
+- Batch statistics (group-normalised advantages, whitening, KTO's z_ref) are computed on the gathered batch.
+- DDP averages the gradients. Every loss is multiplied by `share` (`Run.update` does it, told what the loss
+  aggregates: a token mask and how it counts, or a number of rows), so that the average of the processes' losses
+  is the loss over the global batch: N processes take the same optimisation steps as one process with the same
+  global batch (up to float rounding).
+- Logged metrics are averaged over the processes (`reduce`). With equal shares of rows (the door insists on them)
+  a mean over rows is the global one exactly; a token mean logged as a metric (entropy, clip fractions, k3 KL) is
+  the mean of the processes' token means: close to the global token mean, not equal to it.
 - Every process evaluates (the same model on the same held-out set); only the main process writes metrics and
   checkpoints.
 
@@ -35,6 +40,9 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from minirlhf.checks import check_choice
+from minirlhf.errors import UserError
+from minirlhf.losses import AGGREGATIONS
 from minirlhf.models import resolve_device
 from minirlhf.precision import autocast, enable_gradient_checkpointing, grad_scaler, memory_metrics, resolve_precision
 
@@ -43,12 +51,26 @@ Config = TypeVar("Config")
 
 def launched_processes() -> int:
     """How many processes `accelerate launch` (or torchrun) started for this job; 1 for a plain `python`."""
-    return int(os.environ.get("WORLD_SIZE", "1"))
+    return _process_env()[1]
 
 
 def is_main_process() -> bool:
     """Whether this is the process that reports and writes (rank 0; a plain `python` run is always it)."""
-    return int(os.environ.get("RANK", "0")) == 0
+    return _process_env()[0] == 0
+
+
+def _process_env() -> tuple[int, int]:
+    """(RANK, WORLD_SIZE) as the launcher set them ((0, 1) when unset), refused unless 0 <= RANK < WORLD_SIZE."""
+    values = {name: os.environ.get(name, default) for name, default in (("RANK", "0"), ("WORLD_SIZE", "1"))}
+    for name, value in values.items():
+        if not (value.isascii() and value.isdigit()):
+            raise UserError(f"environment variable {name}={value!r}: expected a whole number (accelerate launch and "
+                            "torchrun set it; unset it for one process)")
+    rank, world_size = int(values["RANK"]), int(values["WORLD_SIZE"])
+    if not rank < world_size:
+        raise UserError(f"environment variables RANK={rank} and WORLD_SIZE={world_size}: RANK must be below "
+                        "WORLD_SIZE, which must be at least 1")
+    return rank, world_size
 
 
 class Runtime:
@@ -107,6 +129,22 @@ class Runtime:
     def shard(self, items: Sequence) -> list:
         return list(items[self.local_rows(len(items))])
 
+    def check_epoch(self, n: int, size: int, steps: int, field: str) -> None:
+        """Refuse, before the first step, a batch the run would draw that cannot be shared out in equal parts:
+        `steps` batches of `size` of n rows, where every batch holds all n when n < size and each epoch ends with
+        the n mod size left over. (Equal parts keep every logged mean, not only the loss, the global batch's.)"""
+        full, last = divmod(n, size)
+        drawn = {size} if full else {n}
+        drawn |= {last} if full and last and steps > full else set()
+        unequal = sorted(b for b in drawn if b % self.world_size)
+        if unequal:
+            batch = unequal[0]
+            raise ValueError(f"{field}={size} over {n} rows draws a batch of {batch}"
+                             f"{' (the last of each epoch)' if full and batch == last else ''}, which cannot be shared "
+                             f"out equally over {self.world_size} processes: choose a batch size that the processes "
+                             f"divide, and that divides {n} or leaves a multiple of {self.world_size} for the last "
+                             "batch")
+
     def local(self, x: torch.Tensor) -> torch.Tensor:
         """This process's rows of a tensor over the global batch (the inverse of `gather`)."""
         return x[self.local_rows(x.shape[0])]
@@ -115,12 +153,23 @@ class Runtime:
         """The global batch from every process's rows (equal shares), concatenated in process order."""
         return self.accelerator.gather(x.contiguous()) if self.accelerator else x
 
-    def share(self, count: torch.Tensor | float) -> torch.Tensor | float:
-        """N · (this process's count) / (global count): the weight that turns a mean over this process's tokens
-        (or pairs) into its part of the mean over the global batch, once DDP averages over the N processes.
-        1 on a single process."""
+    def share(self, over: torch.Tensor | int, aggregation: str = "token-mean") -> torch.Tensor | float:
+        """The weight on this process's loss that makes DDP's average of the N processes' gradients the gradient of
+        the one loss over the global batch. `over` is what the loss aggregates here: the (b, T) mask of its tokens,
+        or its number of rows (pairs, examples); `aggregation` (`losses.aggregate`) says what a mask counts:
+
+            "token-mean"                          Σ x / n_p, n_p = Σ mask (real tokens)
+            "seq-mean", "seq-sum", "constant"     a mean over n_p = b rows (constant: Σ x / (b · T), T the
+                                                  generation budget, the same on every process)
+
+        share = N · n_p / Σ_q n_q over the processes q (1 for equal shares of rows); 1 on a single process."""
+        check_choice("aggregation", aggregation, AGGREGATIONS)
         if self.accelerator is None:
             return 1.0
+        if isinstance(over, int):
+            count = over  # rows
+        else:
+            count = over.sum() if aggregation == "token-mean" else over.shape[0]  # real tokens, else rows
         count = torch.as_tensor(count, dtype=torch.float32, device=self.device)
         return self.world_size * count / self.accelerator.reduce(count.clone(), "sum").clamp_min(1)
 
@@ -145,10 +194,11 @@ def setup_runtime(config: Config) -> tuple[Runtime, Config]:
     process runs with: under several processes, this process's own device, and no `out_dir` except on the main
     process (only it writes)."""
     runtime = Runtime(config.device, config.precision, config.gradient_checkpointing, config.compile)
-    for name in ("prompts_per_step", "minibatch_size"):  # online methods: every process gets whole, equal shares
+    for name in ("prompts_per_step", "minibatch_size", "batch_size"):  # every process gets whole, equal shares
         value = getattr(config, name, None)
         if value and value % runtime.world_size:
-            raise ValueError(f"{name}={value} must be divisible by the {runtime.world_size} processes")
+            raise ValueError(f"{type(config).__name__}.{name}={value} must be divisible by the {runtime.world_size} "
+                             "processes: each takes an equal share of every batch")
     if runtime.world_size > 1:
         config = dataclasses.replace(config, device=str(runtime.device))
         if not runtime.is_main:

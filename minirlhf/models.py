@@ -169,8 +169,8 @@ def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **k
         return cls.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
     except OSError:
         pass
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    if os.environ.get("HF_HUB_OFFLINE") or not hub_reachable(endpoint):
+    endpoint = hub_endpoint()
+    if not hub_reachable(endpoint):  # False with HF_HUB_OFFLINE on
         # fail in seconds instead of a minute of retries inside huggingface_hub
         raise OSError(
             f"cannot load {source!r}: the Hugging Face hub ({endpoint}) is not reachable from this machine and the "
@@ -180,9 +180,15 @@ def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **k
     return cls.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
 
 
+def hub_endpoint() -> str:
+    """The Hugging Face hub this machine would download from: HF_ENDPOINT, else huggingface.co."""
+    return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+
+
 def hub_reachable(endpoint: str = "https://huggingface.co", timeout: float = 3.0) -> bool:
     """Can we open a TCP connection to the hub? (A quick probe, not a guarantee that downloads work.) Never with
-    HF_HUB_OFFLINE=1: offline mode forbids the downloads that the probe would announce."""
+    HF_HUB_OFFLINE on (1, true, yes or on, as huggingface_hub reads it; 0 or unset is off): offline mode forbids the
+    downloads that the probe would announce."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False
     url = urlparse(endpoint)

@@ -1,4 +1,5 @@
-"""SFT, DPO, GRPO and PPO for a few steps on the tiny model, for tests/test_distributed.py.
+"""Every trainer for a few steps on the tiny model, for tests/test_distributed.py: between them they weigh every
+kind of loss `Runtime.share` knows (token mean, mean over rows, Dr. GRPO's constant B · T_max).
 
     python tests/_dist_job.py OUT                                                   # one process
     accelerate launch --multi_gpu --num_processes 2 tests/_dist_job.py OUT          # two (gloo on CPU)
@@ -21,7 +22,10 @@ from minirlhf.models import disable_dropout, load_model
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+from minirlhf.trainers.kto import train_kto
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
+from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
+from minirlhf.trainers.reward_model import RewardModel, RewardModelConfig, train_reward_model
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
 COMMON = dict(device="cpu", eval_every=1000, progress=False)
@@ -49,10 +53,28 @@ def run_all() -> dict[str, dict]:
     pairs = load_preference_pairs("sentiment", "train")[:40]
     model, _, history = train_dpo(pairs, DPOConfig(steps=3, batch_size=8, eval_prompts=0, **COMMON))
     results["dpo"] = (history, model)
+    model, _, history = train_kto(pairs[:12], DPOConfig(loss_type="kto", steps=2, batch_size=4, eval_prompts=0,
+                                                        **COMMON))
+    results["kto"] = (history, model)
+    # 4 pairs a step from 10: the third batch is the epoch's last 2, one on each process
+    torch.manual_seed(0)  # the score head's initial weights
+    reward_model = RewardModel.from_pretrained_lm("tiny", device="cpu")
+    disable_dropout(reward_model)
+    reward_model, _, history = train_reward_model(pairs[:10], RewardModelConfig(steps=3, batch_size=4, **COMMON),
+                                                  model=reward_model)
+    results["reward_model"] = (history, reward_model)
 
     config = GRPOConfig(steps=3, prompts_per_step=4, group_size=4, beta=0.04, scale="batch", **COMMON)
     model, _, history = train_grpo(small_task(), config)
     results["grpo"] = (history, model)
+
+    config = GRPOConfig.from_recipe("dr-grpo", steps=2, prompts_per_step=4, group_size=4, **COMMON)  # B · T_max
+    model, _, history = train_grpo(small_task(), config)
+    results["dr-grpo"] = (history, model)
+
+    config = ReinforceConfig(baseline="reinforce++", steps=2, prompts_per_step=4, group_size=2, beta=0.05, **COMMON)
+    model, _, history = train_reinforce(small_task(), config)  # per-token advantages, a token mean
+    results["reinforce++"] = (history, model)
 
     config = PPOConfig(steps=2, prompts_per_step=8, group_size=2, minibatch_size=None, epochs=2, **COMMON)
     model, _, history = train_ppo(small_task(), config)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import inspect
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from torch import nn
 
 from minirlhf import losses
 from minirlhf.course.step_output import StepOutput  # what a step returns (its own module: solutions.py uses it)
+from minirlhf.errors import env_flag
 from minirlhf.logprobs import response_logprobs
 from minirlhf.models import disable_dropout, load_model
 from minirlhf.sampling import sample
@@ -131,7 +131,7 @@ def check_step(step: StepFn, seed: int = 0) -> bool:
     if problems:
         message = "✗ capstone: my_step differs from the reference step: " + "\n  ".join(problems)
         print(message)
-        if os.environ.get(STRICT_ENV) == "1":
+        if env_flag(STRICT_ENV):
             raise ExerciseFailed(message)
         return False
     print("✓ capstone: my_step samples the same answers and computes the same rewards, advantages, loss and "

@@ -345,7 +345,7 @@ class Run:
         for step in run.steps("grpo"):
             metrics = run.evaluate(step)                       # held-out metrics when due, else {}
             ...                                                # the method's math
-            loss, grad_norm = run.update(loss, share_of=mask.sum())
+            loss, grad_norm = run.update(loss, over=mask[rows])  # weighed by this process's share
             run.add(loss=loss, grad_norm=grad_norm)            # per update: logged as the mean over the step's updates
             run.log(step, metrics)                             # + the loop's own state as keywords, e.g. ema=ema
         run.finish(model, tokenizer)                           # the last evaluation and the saved model
@@ -397,15 +397,15 @@ class Run:
             return {}
         return self._evaluate()
 
-    def update(self, loss: torch.Tensor, share_of: torch.Tensor | float | None = None):
+    def update(self, loss: torch.Tensor, over: torch.Tensor | int, aggregation: str = "token-mean"):
         """One optimisation step on `loss`: share -> backward -> unscale -> clip -> step (`optimizer_step`).
 
-        `share_of` is the count the loss averages over on this process (tokens, sequences or pairs): under several
-        processes the loss is weighted by its share of the global count, so that DDP's average of the gradients
-        is the gradient of the mean over the global batch (`Runtime.share`; 1 on one process). Returns that
-        weighted loss and the gradient norm before clipping."""
-        if share_of is not None:
-            loss = loss * self.runtime.share(share_of)
+        `over` is what the loss aggregates on this process: the (b, T) mask of its tokens (how they count:
+        `aggregation`, as in `losses.aggregate`), or its number of rows (a mean over pairs or examples). Under
+        several processes the loss is weighted by this process's share of the global batch (`Runtime.share`), so
+        that DDP's average of the gradients is the gradient of the loss over the global batch; on one process the
+        weight is 1 and nothing changes. Returns the weighted loss and the gradient norm before clipping."""
+        loss = loss * self.runtime.share(over, aggregation)
         self.runtime.backward(loss)
         return loss, optimizer_step(self.optimizer, self.params, self.config.max_grad_norm, self.runtime.scaler)
 

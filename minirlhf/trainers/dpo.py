@@ -64,7 +64,9 @@ def train_dpo(
     `precompute_ref`, where p_ref is no longer in memory).
     """
     # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
-    # without dropout, the context size and the length check, epochs -> steps; then p_ref (`settle_reference`).
+    # without dropout, the context size and the length check, epochs -> steps (every batch checked to share out
+    # equally over the processes); then p_ref (`settle_reference`). `next_rows` draws this process's share of a
+    # batch, and `run.update(loss, over=...)` weighs the loss by that share (`Runtime.share`).
     s = start_preference(data, config or DPOConfig(), model, tokenizer)
     config, runtime, model, tokenizer, data = s.config, s.runtime, s.model, s.tokenizer, s.data
     max_length = s.max_length
@@ -78,8 +80,8 @@ def train_dpo(
     device = next(model.parameters()).device
     for step in run.steps("dpo", s.steps):
         metrics = run.evaluate(step)
-        rows, order = next_rows(order, config.batch_size, len(data.train), s.rng)  # a fresh shuffle every epoch
-        rows = runtime.shard(rows)  # this process's share of the global batch (all of it on one process)
+        # this process's share of the next global batch, from a fresh shuffle every epoch
+        rows, order = next_rows(order, config.batch_size, len(data.train), s.rng, runtime)
         encoded = encode_pairs(tokenizer, [data.train[i] for i in rows], max_length, device)  # (2B, T): [y_w; y_l]
 
         with runtime.autocast():
@@ -97,7 +99,7 @@ def train_dpo(
         losses, r_chosen, r_rejected = preference_loss(
             config, chosen, rejected, ref_chosen, ref_rejected, *pair_lengths(encoded["response_mask"])
         )
-        loss, grad_norm = run.update(losses.mean(), share_of=len(rows))  # its part of the global batch's mean
+        loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's pairs
         metrics |= {
             "loss": loss.item(),
             "rewards/accuracy": pair_accuracy(r_chosen, r_rejected),  # a tie counts 1/2

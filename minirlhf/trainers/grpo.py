@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minirlhf.diagnostics import zero_std_groups
+from minirlhf.distributed import launched_processes
 from minirlhf.losses import (
     AGGREGATIONS,
     GRPO_SCALES,
@@ -111,14 +112,16 @@ class GRPOConfig(OnlineConfig):
 def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ with GRPO on `task`. Returns (model, tokenizer, history)."""
     # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
-    # (config.task when none is given), device and processes, seeds and the two random streams (prompts, samples),
-    # p_θ and p_ref, AdamW, the DDP-wrapped model the update runs through, the held-out evaluation, and `Run`
-    # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
-    s = start_online(task, config or GRPOConfig(), model, tokenizer, callbacks)
+    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the DDP-wrapped model,
+    # the held-out evaluation and `Run` (logging, checkpoints, resume). `s.collect()` samples this process's share
+    # of a batch, `s.minibatches()` orders it, and `run.update(loss, over=...)` weighs the loss by that share.
+    config = config or GRPOConfig()
+    if config.dynamic_sampling and launched_processes() > 1:  # refused before anything is loaded or written
+        raise ValueError(f"GRPOConfig.dynamic_sampling runs on one process only ({launched_processes()} were "
+                         "started): the sampling rounds a step needs depend on its samples, and processes would "
+                         "disagree")
+    s = start_online(task, config, model, tokenizer, callbacks)
     config, runtime, run, model = s.config, s.runtime, s.run, s.model
-    if config.dynamic_sampling and runtime.world_size > 1:
-        raise ValueError(f"GRPOConfig.dynamic_sampling runs on one process only ({runtime.world_size} were started): "
-                         "the sampling rounds a step needs depend on its samples, and processes would disagree")
 
     for step in run.steps("grpo"):
         metrics = run.evaluate(step)
@@ -152,9 +155,7 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                     eps=config.eps, beta=config.beta, aggregation=config.aggregation, eps_high=config.eps_high,
                     importance_sampling_level=config.importance_sampling_level,
                 )
-                # token-mean: this process's part of the global batch's token mean
-                loss, grad_norm = run.update(loss, share_of=mask[rows].sum() if config.aggregation == "token-mean"
-                                             else None)
+                loss, grad_norm = run.update(loss, over=mask[rows], aggregation=config.aggregation)
                 run.add(loss=loss, clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
                         clip_frac_high=stats["clip_frac_high"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
                         entropy=masked_mean(entropy.detach(), exp.mask[rows]))

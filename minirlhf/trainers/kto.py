@@ -78,7 +78,9 @@ def train_kto(
     NaN when the batch holds none of the class), kl (z_ref), logps/desirable, logps/undesirable, grad_norm;
     every `eval_every` steps the same held-out evaluation as DPO."""
     # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
-    # without dropout, the context size and the length check, epochs -> steps; then p_ref (`settle_reference`).
+    # without dropout, the context size and the length check, epochs -> steps (every batch checked to share out
+    # equally over the processes); then p_ref (`settle_reference`). `next_rows` draws this process's share of a
+    # batch, and `run.update(loss, over=...)` weighs the loss by that share (`Runtime.share`).
     s = start_preference(data, config or DPOConfig(loss_type="kto"), model, tokenizer, kto=True)
     config, runtime, model, tokenizer, max_length, rng = s.config, s.runtime, s.model, s.tokenizer, s.max_length, s.rng
     examples = unpaired_examples(s.data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
@@ -100,8 +102,8 @@ def train_kto(
     order: list[int] = run.loop_state.get("order", [])  # examples of this epoch not yet used
     for step in run.steps("kto", s.steps):
         metrics = run.evaluate(step)
-        rows, order = next_rows(order, 2 * config.batch_size, len(examples), rng)  # a fresh shuffle every epoch
-        rows = runtime.shard(rows)
+        # this process's share of the next global batch, from a fresh shuffle every epoch
+        rows, order = next_rows(order, 2 * config.batch_size, len(examples), rng, runtime)
         x = [prompts[i] for i in rows]
         y = [completions[i] for i in rows]
         y_mismatched = [mismatched[i] for i in rows]
@@ -119,12 +121,12 @@ def train_kto(
                 with torch.inference_mode():
                     ref_logp = example_logps(ref, tokenizer, x, y, max_length, device).clone()
                     ref_kl_logp = example_logps(ref, tokenizer, x, y_mismatched, max_length, device).clone()
-        # 3. λ_y - v(x, y), v = λ_D σ(β (r_θ - z_ref)) or λ_U σ(β (z_ref - r_θ))
+        # 3. λ_y - v(x, y), v = λ_D σ(β (r_θ - z_ref)) or λ_U σ(β (z_ref - r_θ)); z_ref over the global batch
         losses, rewards, z_ref = kto_loss(
-            logp, ref_logp, desirable, kl_logp, ref_kl_logp, config.beta,
+            logp, ref_logp, desirable, runtime.gather(kl_logp), runtime.gather(ref_kl_logp), config.beta,
             config.kto_desirable_weight, config.kto_undesirable_weight,
         )
-        loss, grad_norm = run.update(losses.mean(), share_of=len(rows))  # its part of the global batch's mean
+        loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's examples
 
         metrics |= {
             "loss": loss.item(),

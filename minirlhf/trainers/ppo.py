@@ -118,9 +118,9 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
     The value head is not part of the returned model; with `out_dir` it is saved as value_head.safetensors.
     """
     # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
-    # (config.task when none is given), device and processes, seeds and the two random streams (prompts, samples),
-    # p_θ and p_ref, AdamW, the DDP-wrapped model the update runs through, the held-out evaluation, and `Run`
-    # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
+    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the DDP-wrapped model,
+    # the held-out evaluation and `Run` (logging, checkpoints, resume). `s.collect()` samples this process's share
+    # of a batch, `s.minibatches()` orders it, and `run.update(loss, over=...)` weighs the loss by that share.
     s = start_online(task, config or PPOConfig(), model, tokenizer, callbacks, value_head=True)
     config, runtime, run, model, value_head = s.config, s.runtime, s.run, s.model, s.value_head
     all_rows = torch.arange(config.batch_size // runtime.world_size)  # this process's rows
@@ -162,7 +162,7 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
                                                     eps_high=config.eps_high)
                 v_loss = value_loss(values, old_values[rows], returns[rows], m, clip=config.cliprange_value)
                 # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together)
-                loss, grad_norm = run.update(policy_loss + config.vf_coef * v_loss, share_of=m.sum())
+                loss, grad_norm = run.update(policy_loss + config.vf_coef * v_loss, over=m)
                 run.add(loss=loss, policy_loss=policy_loss, value_loss=v_loss, grad_norm=grad_norm,
                         clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
                         clip_frac_high=stats["clip_frac_high"], ratio_mean=stats["ratio_mean"],

@@ -232,6 +232,11 @@ def start_preference(data, config: DPOConfig, model=None, tokenizer=None, kto: b
     max_length = config.max_length or context_size(model)  # None = the context size
     check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
     steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
+    # every batch drawn must give each process a row (KTO draws 2 x batch_size of its 2N examples)
+    if kto:
+        runtime.check_epoch(2 * len(data.train), 2 * config.batch_size, steps, "DPOConfig.batch_size (x 2 for KTO)")
+    else:
+        runtime.check_epoch(len(data.train), config.batch_size, steps, "DPOConfig.batch_size")
     model.eval()
     return PreferenceStart(data, config, runtime, model, tokenizer, rng, max_length, steps)
 
@@ -266,11 +271,14 @@ def preference_run(s: PreferenceStart, ref: nn.Module | None, callbacks=()) -> t
     return run, train_model
 
 
-def next_rows(order: list[int], size: int, n: int, rng: random.Random) -> tuple[list[int], list[int]]:
-    """The next `size` indices of this epoch's shuffled order of range(n) (a fresh shuffle once it is used up),
-    and what is left of the order (kept in checkpoints, so that a resumed run draws the same batches)."""
+def next_rows(
+    order: list[int], size: int, n: int, rng: random.Random, runtime: Runtime
+) -> tuple[list[int], list[int]]:
+    """This process's share (`Runtime.shard`; all of it on one process) of the next `size` indices of this epoch's
+    shuffled order of range(n) (a fresh shuffle once it is used up), and what is left of the order (kept in
+    checkpoints, so that a resumed run draws the same batches). `Runtime.check_epoch` checks the sizes first."""
     order = order or rng.sample(range(n), n)
-    return [order.pop() for _ in range(min(size, len(order)))], order
+    return runtime.shard([order.pop() for _ in range(min(size, len(order)))]), order
 
 
 def finish_preference(s: PreferenceStart, run: Run):

@@ -66,12 +66,14 @@ def train_reinforce(
 ):
     """Train p_θ with REINFORCE (+ baseline) on `task`. Returns (model, tokenizer, history)."""
     # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
-    # (config.task when none is given), device and processes, seeds and the two random streams (prompts, samples),
-    # p_θ and p_ref, AdamW, the DDP-wrapped model the update runs through, the held-out evaluation, and `Run`
-    # (logging, checkpoints, resume). `s.collect()` samples a batch and `s.minibatches()` orders it, per process.
+    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the DDP-wrapped model,
+    # the held-out evaluation and `Run` (logging, checkpoints, resume). `s.collect()` samples this process's share
+    # of a batch, `s.minibatches()` orders it, and `run.update(loss, over=...)` weighs the loss by that share.
     s = start_online(task, config or ReinforceConfig(), model, tokenizer, callbacks)
     config, runtime, run, model = s.config, s.runtime, s.run, s.model
     ema = run.loop_state.get("ema")  # the moving-average baseline b (baseline="ema")
+    # REINFORCE++'s advantages are per token, averaged over the real tokens; the others sum over a sequence
+    aggregation = "token-mean" if config.baseline in PER_TOKEN_BASELINES else "seq-sum"
 
     for step in run.steps(f"reinforce[{config.baseline}]"):
         metrics = run.evaluate(step)
@@ -107,12 +109,9 @@ def train_reinforce(
         for rows in s.minibatches():
             with runtime.autocast():
                 logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
-            if config.baseline in PER_TOKEN_BASELINES:  # -mean over real tokens of Â_i,t log p_θ(y_t|..)
-                loss = reinforce_loss(logp, advantages[rows], exp.mask[rows], aggregation="token-mean")
-                loss, grad_norm = run.update(loss, share_of=exp.mask[rows].sum())
-            else:
-                loss = reinforce_loss(logp, advantages[rows], exp.mask[rows])  # -E[Â · log p_θ(y|x)]
-                loss, grad_norm = run.update(loss)
+            # -E[Â · log p_θ(y|x)]; REINFORCE++: -mean over real tokens of Â_i,t log p_θ(y_t|..)
+            loss = reinforce_loss(logp, advantages[rows], exp.mask[rows], aggregation)
+            loss, grad_norm = run.update(loss, over=exp.mask[rows], aggregation=aggregation)
             run.add(loss=loss, grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         model.eval()
         run.log(step, metrics, ema=ema)

@@ -201,6 +201,7 @@ def train_reward_model(
     tokenizer = tokenizer or reward_model.tokenizer
     max_length = config.max_length or context_size(reward_model)
     check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
+    runtime.check_epoch(len(data.train), config.batch_size, config.steps, "RewardModelConfig.batch_size")
     optimizer = make_optimizer(reward_model.parameters(), config.lr)
     train_model = runtime.prepare(reward_model)  # what the update runs through: DDP-wrapped under several processes
     rng = random.Random(config.seed)
@@ -215,12 +216,13 @@ def train_reward_model(
     reward_model.train()
     for step in run.steps("reward model"):
         metrics = run.evaluate(step)
-        rows, order = next_rows(order, config.batch_size, len(data.train), rng)  # a fresh shuffle every epoch
-        batch = runtime.shard([data.train[i] for i in rows])  # this process's share of the global batch
+        # this process's share of the next global batch, from a fresh shuffle every epoch
+        rows, order = next_rows(order, config.batch_size, len(data.train), rng, runtime)
+        batch = [data.train[i] for i in rows]
         with runtime.autocast():
             chosen, rejected = pair_scores(train_model, tokenizer, batch, max_length)  # (B,), (B,) float32
         loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
-        loss, grad_norm = run.update(loss, share_of=len(batch))
+        loss, grad_norm = run.update(loss, over=len(batch))  # a mean over this process's pairs
         metrics |= {
             "loss": loss.item(),
             "accuracy": pair_accuracy(chosen, rejected),

@@ -86,7 +86,7 @@ def train_sft(
         with runtime.autocast():
             logp = response_logprobs(train_model, **batch)  # (B, T) log p_θ(y_t | x, y_<t) on completion tokens
         # L_SFT = -(1/|y|) Σ_t log p_θ(y_t | x, y_<t), the token mean over the (global) batch
-        loss, grad_norm = run.update(-masked_mean(logp, batch["response_mask"]), share_of=batch["response_mask"].sum())
+        loss, grad_norm = run.update(-masked_mean(logp, batch["response_mask"]), over=batch["response_mask"])
         run.log(step, metrics | {"loss": loss.item(), "grad_norm": grad_norm.item()})
     model.eval()
     run.finish(model, tokenizer)  # the final model
