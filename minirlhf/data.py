@@ -26,7 +26,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from minirlhf.errors import UserError
-from minirlhf.models import DATA_DIR, hub_endpoint, hub_reachable
+from minirlhf.models import DATA_DIR, require_hub
 
 
 def encode_prompt_completion(
@@ -475,13 +475,8 @@ def _rows_from_datasets(source: str, split: str, local: bool) -> list[dict]:
                 raise ValueError(f"{path} cannot be read as a {path.suffix} file of preference rows: "
                                  f"{type(cause).__name__}: {str(cause)[:200]}") from err
         return list(datasets.load_dataset(str(path), split=split))
-    endpoint = hub_endpoint()
-    if not hub_reachable(endpoint):  # False with HF_HUB_OFFLINE on
-        raise ConnectionError(
-            f"cannot load preference dataset {source!r}: it is not a local file or folder, and the Hugging Face hub "
-            f"({endpoint}) is not reachable from this machine. Use a local JSONL file with 'prompt', 'chosen' and "
-            f"'rejected' fields, or the shipped data: {sorted(PREFERENCE_DATASETS)}"
-        )
+    require_hub(f"preference dataset {source!r}", "and it is not a local file or folder. Use a local JSONL file with "
+                f"'prompt', 'chosen' and 'rejected' fields, or the shipped data: {sorted(PREFERENCE_DATASETS)}")
     return list(datasets.load_dataset(source, split=split))
 
 

@@ -169,14 +169,9 @@ def _from_pretrained(cls, source: str, local: bool, trust_remote_code: bool, **k
         return cls.from_pretrained(source, local_files_only=True, trust_remote_code=trust_remote_code, **kwargs)
     except OSError:
         pass
-    endpoint = hub_endpoint()
-    if not hub_reachable(endpoint):  # False with HF_HUB_OFFLINE on
-        # fail in seconds instead of a minute of retries inside huggingface_hub
-        raise OSError(
-            f"cannot load {source!r}: the Hugging Face hub ({endpoint}) is not reachable from this machine and the "
-            f"model is not in the local cache{_PICKLE_HINT if kwargs.get('use_safetensors') else ''}. Use a local "
-            f"`save_pretrained` folder or a shipped model: {sorted(SHIPPED)}"
-        )
+    require_hub(f"{source!r}", f"and the model is not in the local cache"
+                f"{_PICKLE_HINT if kwargs.get('use_safetensors') else ''}. Use a local `save_pretrained` folder or "
+                f"a shipped model: {sorted(SHIPPED)}")
     return cls.from_pretrained(source, trust_remote_code=trust_remote_code, **kwargs)
 
 
@@ -185,13 +180,23 @@ def hub_endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", "https://huggingface.co")
 
 
-def hub_reachable(endpoint: str = "https://huggingface.co", timeout: float = 3.0) -> bool:
-    """Can we open a TCP connection to the hub? (A quick probe, not a guarantee that downloads work.) Never with
-    HF_HUB_OFFLINE on (1, true, yes or on, as huggingface_hub reads it; 0 or unset is off): offline mode forbids the
-    downloads that the probe would announce."""
+def require_hub(what: str, instead: str) -> None:
+    """Fail in seconds, instead of a minute of retries inside huggingface_hub, when `what` must come from the hub
+    and the hub is not reachable (or HF_HUB_OFFLINE is on): a ConnectionError naming the hub, then `instead` (what
+    else is missing, and what to use)."""
+    endpoint = hub_endpoint()
+    if not hub_reachable(endpoint):
+        raise ConnectionError(f"cannot load {what}: the Hugging Face hub ({endpoint}) is not reachable from this "
+                              f"machine {instead}")
+
+
+def hub_reachable(endpoint: str | None = None, timeout: float = 3.0) -> bool:
+    """Can we open a TCP connection to the hub (`endpoint`, default `hub_endpoint()`)? A quick probe, not a guarantee
+    that downloads work. Never with HF_HUB_OFFLINE on (1, true, yes or on, as huggingface_hub reads it; 0 or unset is
+    off): offline mode forbids the downloads that the probe would announce."""
     if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         return False
-    url = urlparse(endpoint)
+    url = urlparse(endpoint or hub_endpoint())
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         with socket.create_connection((url.hostname, port), timeout=timeout):

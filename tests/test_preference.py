@@ -107,7 +107,7 @@ def test_skip_invalid_skips_and_warns_with_the_count(tmp_path):
 def test_missing_file_and_unreachable_hub_fail_clearly(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_preference_pairs(tmp_path / "nope.jsonl")
-    monkeypatch.setattr("minirlhf.data.hub_reachable", lambda *a, **k: False)
+    monkeypatch.setattr("minirlhf.models.hub_reachable", lambda *a, **k: False)
     with pytest.raises(ConnectionError, match="not reachable"):
         load_preference_pairs("Anthropic/hh-rlhf")
 
