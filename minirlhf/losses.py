@@ -574,6 +574,7 @@ def dpo_loss(
     rejected_lengths: Tensor | None = None,
     ipo_normalisation: str = "sum",
     rpo_alpha: float = 0.0,
+    all_chosen_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Direct preference optimisation on (B,) sequence log-probs of chosen y_w and rejected y_l.
 
@@ -597,7 +598,9 @@ def dpo_loss(
         mean_i L_i = mean_i DPO_i + α · (-Σ_i log p_θ(y_w,i|x_i) / Σ_i |y_w,i|)     the NLL per chosen token
 
     It stops the chosen answers' likelihood from falling while the margin h grows. "mean" and α > 0 need the
-    (B,) token counts ``chosen_lengths`` |y_w| (and ``rejected_lengths`` |y_l| for "mean").
+    (B,) token counts ``chosen_lengths`` |y_w| (and ``rejected_lengths`` |y_l| for "mean"). When these B pairs are
+    one process's share of a batch, ``all_chosen_lengths`` holds |y_w| of the whole batch: the mean over j is taken
+    over it, so that the processes' mean losses average to the whole batch's NLL per chosen token.
     """
     _check_same_shape(
         policy_chosen_logps=policy_chosen_logps,
@@ -630,7 +633,8 @@ def dpo_loss(
     else:
         losses = torch.relu(1 - beta * h)
     if rpo_alpha > 0:
-        losses = losses + rpo_alpha * -policy_chosen_logps / chosen_lengths.to(policy_chosen_logps).mean()
+        lengths = chosen_lengths if all_chosen_lengths is None else all_chosen_lengths  # |y_w,j| of the mean_j
+        losses = losses + rpo_alpha * -policy_chosen_logps / lengths.to(policy_chosen_logps).mean()
     return losses, beta * chosen_logratio.detach(), beta * rejected_logratio.detach()
 
 

@@ -23,7 +23,7 @@ from minirlhf.models import hub_reachable
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.kto import train_kto
-from minirlhf.trainers.preference import next_rows
+from minirlhf.trainers.preference import next_rows, preference_loss
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
@@ -187,3 +187,20 @@ def test_hf_hub_offline_is_read_as_huggingface_hub_reads_it(monkeypatch, value, 
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: probed.append(a) or Connection())
     assert hub_reachable("https://hub.example") is (not offline)
     assert bool(probed) is (not offline)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 4), st.integers(1, 3), st.integers(0, 2**31 - 1), st.sampled_from(["sigmoid", "ipo", "hinge"]))
+def test_rpo_shares_average_to_the_nll_per_chosen_token_of_the_global_batch(world_size, pairs_each, seed, loss_type):
+    """RPO's NLL term is normalised by the mean |y_w| of the batch: each process's share normalises by the global
+    batch's (`all_chosen_lengths`, what train_dpo gathers), else the processes average their own token means."""
+    g = torch.Generator().manual_seed(seed)
+    n = world_size * pairs_each
+    logps = [-10 * torch.rand(n, generator=g, dtype=torch.float64) for _ in range(4)]
+    lengths = torch.randint(1, 9, (2, n), generator=g)
+    config = DPOConfig(loss_type=loss_type, rpo_alpha=0.7)
+    whole = preference_loss(config, *logps, *lengths)[0].mean()
+    shares = [preference_loss(config, *(x[rows] for x in logps), *(x[rows] for x in lengths),
+                              all_chosen_lengths=lengths[0])[0].mean()
+              for rows in torch.arange(n).chunk(world_size)]  # equal shares of rows: share = 1
+    torch.testing.assert_close(sum(shares) / world_size, whole)
