@@ -19,7 +19,10 @@ per GPU; on CPU, add `--multi_gpu` and they talk over gloo). Then it is data par
 - DDP averages the gradients. Every loss is multiplied by `share` (`Run.update` does it, told what the loss
   aggregates: a token mask and how it counts, or a number of rows), so that the average of the processes' losses
   is the loss over the global batch: N processes take the same optimisation steps as one process with the same
-  global batch (up to float rounding).
+  global batch (up to float rounding). Two things are the same in distribution only, not step for step:
+  minibatches (`minibatch_size`: each process takes its own rows in the order of the one global permutation,
+  `online.minibatches`, so a minibatch holds other rows than one process's would) and dropout (on in SFT and the
+  reward model: every process draws its rows' masks from the same seeded generator, not one process's masks).
 - Logged metrics are averaged over the processes (`reduce`). With equal shares of rows (the door insists on them)
   a mean over rows is the global one exactly; a token mean logged as a metric (entropy, clip fractions, k3 KL) is
   the mean of the processes' token means: close to the global token mean, not equal to it.
