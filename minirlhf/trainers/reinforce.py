@@ -78,7 +78,7 @@ def train_reinforce(
     for step in run.steps(f"reinforce[{config.baseline}]"):
         metrics = run.evaluate(step)
         exp = s.collect()
-        metrics |= experience_metrics(exp)
+        metrics |= experience_metrics(exp, runtime)
         if config.group_size > 1:  # the share of groups whose G rewards are all equal (as GRPO logs it)
             metrics["zero_std_groups"] = zero_std_groups(exp.rewards, config.group_size)
         if config.baseline in PER_TOKEN_BASELINES:
