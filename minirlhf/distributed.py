@@ -105,13 +105,15 @@ class Runtime:
         return self.rank == 0
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        """The module to run the training forward passes through: gradient checkpointing switched on when asked,
-        and, under several processes, wrapped in DistributedDataParallel (which averages gradients in backward);
-        with `compile`, that module compiled by torch.compile (sampling keeps the uncompiled one, whose decode
-        steps have their own CUDA graph). Sample, evaluate and save with the unwrapped `model`: it is the same
+        """The module to run the training forward passes through: gradient checkpointing switched on when asked
+        (on its transformer; a module without one, such as PPO's value head, has nothing to recompute), and, under
+        several processes, wrapped in DistributedDataParallel (which averages gradients in backward); with
+        `compile`, that module compiled by torch.compile (sampling keeps the uncompiled one, whose decode steps
+        have their own CUDA graph). Sample, evaluate and save with the unwrapped `model`: it is the same
         parameters."""
-        if self.gradient_checkpointing:  # on the transformer: the model itself, or a reward model's backbone
-            transformer = next(m for m in model.modules() if getattr(m, "supports_gradient_checkpointing", False))
+        # the transformer: the model itself, or a reward model's backbone
+        transformer = next((m for m in model.modules() if getattr(m, "supports_gradient_checkpointing", False)), None)
+        if self.gradient_checkpointing and transformer is not None:
             enable_gradient_checkpointing(transformer)
         module = self.accelerator.prepare_model(model) if self.accelerator else model
         return torch.compile(module) if self.compile else module

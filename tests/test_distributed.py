@@ -24,6 +24,13 @@ def test_a_single_process_runtime_changes_nothing():
     assert runtime.sampling_rows(8) is None and runtime.reduce({"loss": 1.5}) == {"loss": 1.5}
 
 
+def test_gradient_checkpointing_skips_a_module_without_a_transformer():
+    """PPO prepares its value head too: with gradient_checkpointing it has nothing to recompute (it used to raise
+    StopIteration before the first step)."""
+    head = torch.nn.Linear(4, 1)
+    assert Runtime(device="cpu", gradient_checkpointing=True).prepare(head) is head
+
+
 def test_processes_split_the_global_minibatches_by_rows():
     """Each process takes its own rows of the one global permutation; together they cover the batch once."""
 
