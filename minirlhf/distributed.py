@@ -25,9 +25,9 @@ per GPU; on CPU, add `--multi_gpu` and they talk over gloo). Then it is data par
   reward model: every process draws its rows' masks from the same seeded generator, not one process's masks).
 - Logged metrics are averaged over the processes (`reduce`). With equal shares of rows (the door insists on them)
   a mean over rows is the global one exactly (a mean over some of the rows, such as KTO's class means, and what
-  is no mean, reward_std and PPO's explained_variance, are taken on the gathered batch); a token mean logged as a
-  metric (entropy, clip fractions, k3 KL) is the mean of the processes' token means: close to the global token
-  mean, not equal to it.
+  is no mean, reward_std, advantage_std and PPO's explained_variance, are taken on the gathered batch); a token
+  mean logged as a metric (entropy, clip fractions, k3 KL) is the mean of the processes' token means: close to
+  the global token mean, not equal to it.
 - Every process evaluates (the same model on the same held-out set); only the main process writes metrics and
   checkpoints.
 

@@ -71,10 +71,10 @@ def test_two_processes_match_one_process(tmp_path):
             torch.testing.assert_close(two[method]["params"], expected["params"], atol=1e-3, rtol=0, msg=method)
             assert len(two[method]["history"]) == len(expected["history"])
             for row_1, row_2 in zip(expected["history"], two[method]["history"]):
-                # reward_std, PPO's explained_variance, KTO's kl (z_ref) and class means are taken over the
-                # gathered batch: exact as well (NaN, logged as None, when the global batch holds none of a class)
-                for key in ("loss", "grad_norm", "reward", "reward_std", "explained_variance", "rewards/accuracy",
-                            "accuracy", "eval/accuracy") + (
+                # reward_std, advantage_std, PPO's explained_variance, KTO's kl (z_ref) and class means are taken
+                # over the gathered batch: exact as well (NaN, logged as None, when the global batch lacks a class)
+                for key in ("loss", "grad_norm", "reward", "reward_std", "advantage_std", "explained_variance",
+                            "rewards/accuracy", "accuracy", "eval/accuracy") + (
                     ("kl", "rewards/desirable", "rewards/undesirable", "logps/desirable", "logps/undesirable")
                     if method == "kto" else ()
                 ):

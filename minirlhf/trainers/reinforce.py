@@ -99,9 +99,10 @@ def train_reinforce(
                 advantages = shaped - ema
             else:
                 advantages = shaped
+        # their std over the global batch (over its real tokens for REINFORCE++)
+        metrics["advantage_std"] = advantages[runtime.gather(exp.mask).bool()].std().item() \
+            if advantages.dim() == 2 else advantages.std().item()
         advantages = runtime.local(advantages)  # this process's rows
-        metrics["advantage_std"] = advantages[exp.mask.bool()].std().item() if advantages.dim() == 2 else \
-            advantages.std().item()  # over real tokens for REINFORCE++
 
         model.train()
         if config.debug:
