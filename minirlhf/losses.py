@@ -619,6 +619,9 @@ def dpo_loss(
     chosen_logratio = policy_chosen_logps - ref_chosen_logps  # log p_θ(y_w)/p_ref(y_w)
     rejected_logratio = policy_rejected_logps - ref_rejected_logps  # log p_θ(y_l)/p_ref(y_l)
     _check_token_counts(policy_chosen_logps, chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
+    if all_chosen_lengths is not None:  # (M,): the whole batch's, whatever this share's B
+        _check_real_tokens(None, all_chosen_lengths=all_chosen_lengths.double())
+        _check_lengths(all_chosen_lengths=all_chosen_lengths)
     if rpo_alpha > 0:
         _require("rpo_alpha > 0", chosen_lengths=chosen_lengths)
     if ipo_normalisation == "mean":
