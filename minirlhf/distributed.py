@@ -198,8 +198,8 @@ class Runtime:
 
 def setup_runtime(config: Config) -> tuple[Runtime, Config]:
     """The trainer's Runtime from its config (`device`, `precision`, `gradient_checkpointing`), and the config each
-    process runs with: under several processes, this process's own device, and no `out_dir` except on the main
-    process (only it writes)."""
+    process runs with: under several processes, this process's own device, and no `out_dir` nor progress bar
+    except on the main process (only it writes)."""
     runtime = Runtime(config.device, config.precision, config.gradient_checkpointing, config.compile)
     for name in ("prompts_per_step", "minibatch_size", "batch_size"):  # every process gets whole, equal shares
         value = getattr(config, name, None)
@@ -210,6 +210,7 @@ def setup_runtime(config: Config) -> tuple[Runtime, Config]:
         config = dataclasses.replace(config, device=str(runtime.device))
         if not runtime.is_main:
             config.out_dir = None  # set after `replace`, whose __post_init__ would restore it from `resume`
+            config.progress = False  # one progress bar, the main process's
     return runtime, config
 
 

@@ -229,7 +229,7 @@ def test_a_process_other_than_the_main_one_resumes_without_writing(monkeypatch, 
         process_index=1, num_processes=2, device=torch.device("cpu")))
     _, config = setup_runtime(GRPOConfig(resume=str(older), fork_to=str(tmp_path / "fork") if fork else None,
                                          device="cpu"))
-    assert config.out_dir is None
+    assert config.out_dir is None and not config.progress  # the main process writes, and shows the progress bar
     step, history, _ = Checkpointer(config, torch.optim.AdamW(module.parameters()), {}, model=module).resume()
     assert (step, history) == (1, [{"step": 0}])
     assert files_under(tmp_path) == before
