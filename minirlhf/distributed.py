@@ -19,10 +19,15 @@ per GPU; on CPU, add `--multi_gpu` and they talk over gloo). Then it is data par
 - DDP averages the gradients. Every loss is multiplied by `share` (`Run.update` does it, told what the loss
   aggregates: a token mask and how it counts, or a number of rows), so that the average of the processes' losses
   is the loss over the global batch: N processes take the same optimisation steps as one process with the same
-  global batch (up to float rounding).
+  global batch (up to float rounding). Two things are the same in distribution only, not step for step:
+  minibatches (`minibatch_size`: each process takes its own rows in the order of the one global permutation,
+  `online.minibatches`, so a minibatch holds other rows than one process's would) and dropout (on in SFT and the
+  reward model: every process draws its rows' masks from the same seeded generator, not one process's masks).
 - Logged metrics are averaged over the processes (`reduce`). With equal shares of rows (the door insists on them)
-  a mean over rows is the global one exactly; a token mean logged as a metric (entropy, clip fractions, k3 KL) is
-  the mean of the processes' token means: close to the global token mean, not equal to it.
+  a mean over rows is the global one exactly (a mean over some of the rows, such as KTO's class means, and what
+  is no mean, reward_std, advantage_std and PPO's explained_variance, are taken on the gathered batch); a token
+  mean logged as a metric (entropy, clip fractions, k3 KL) is the mean of the processes' token means: close to
+  the global token mean, not equal to it.
 - Every process evaluates (the same model on the same held-out set); only the main process writes metrics and
   checkpoints.
 
@@ -100,13 +105,15 @@ class Runtime:
         return self.rank == 0
 
     def prepare(self, model: nn.Module) -> nn.Module:
-        """The module to run the training forward passes through: gradient checkpointing switched on when asked,
-        and, under several processes, wrapped in DistributedDataParallel (which averages gradients in backward);
-        with `compile`, that module compiled by torch.compile (sampling keeps the uncompiled one, whose decode
-        steps have their own CUDA graph). Sample, evaluate and save with the unwrapped `model`: it is the same
+        """The module to run the training forward passes through: gradient checkpointing switched on when asked
+        (on its transformer; a module without one, such as PPO's value head, has nothing to recompute), and, under
+        several processes, wrapped in DistributedDataParallel (which averages gradients in backward); with
+        `compile`, that module compiled by torch.compile (sampling keeps the uncompiled one, whose decode steps
+        have their own CUDA graph). Sample, evaluate and save with the unwrapped `model`: it is the same
         parameters."""
-        if self.gradient_checkpointing:  # on the transformer: the model itself, or a reward model's backbone
-            transformer = next(m for m in model.modules() if getattr(m, "supports_gradient_checkpointing", False))
+        # the transformer: the model itself, or a reward model's backbone
+        transformer = next((m for m in model.modules() if getattr(m, "supports_gradient_checkpointing", False)), None)
+        if self.gradient_checkpointing and transformer is not None:
             enable_gradient_checkpointing(transformer)
         module = self.accelerator.prepare_model(model) if self.accelerator else model
         return torch.compile(module) if self.compile else module
@@ -191,8 +198,8 @@ class Runtime:
 
 def setup_runtime(config: Config) -> tuple[Runtime, Config]:
     """The trainer's Runtime from its config (`device`, `precision`, `gradient_checkpointing`), and the config each
-    process runs with: under several processes, this process's own device, and no `out_dir` except on the main
-    process (only it writes)."""
+    process runs with: under several processes, this process's own device, and no `out_dir` nor progress bar
+    except on the main process (only it writes)."""
     runtime = Runtime(config.device, config.precision, config.gradient_checkpointing, config.compile)
     for name in ("prompts_per_step", "minibatch_size", "batch_size"):  # every process gets whole, equal shares
         value = getattr(config, name, None)
@@ -203,6 +210,7 @@ def setup_runtime(config: Config) -> tuple[Runtime, Config]:
         config = dataclasses.replace(config, device=str(runtime.device))
         if not runtime.is_main:
             config.out_dir = None  # set after `replace`, whose __post_init__ would restore it from `resume`
+            config.progress = False  # one progress bar, the main process's
     return runtime, config
 
 

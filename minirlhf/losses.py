@@ -573,6 +573,7 @@ def dpo_loss(
     rejected_lengths: Tensor | None = None,
     ipo_normalisation: str = "sum",
     rpo_alpha: float = 0.0,
+    all_chosen_lengths: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Direct preference optimisation on (B,) sequence log-probs of chosen y_w and rejected y_l.
 
@@ -596,7 +597,9 @@ def dpo_loss(
         mean_i L_i = mean_i DPO_i + α · (-Σ_i log p_θ(y_w,i|x_i) / Σ_i |y_w,i|)     the NLL per chosen token
 
     It stops the chosen answers' likelihood from falling while the margin h grows. "mean" and α > 0 need the
-    (B,) token counts ``chosen_lengths`` |y_w| (and ``rejected_lengths`` |y_l| for "mean").
+    (B,) token counts ``chosen_lengths`` |y_w| (and ``rejected_lengths`` |y_l| for "mean"). When these B pairs are
+    one process's share of a batch, ``all_chosen_lengths`` holds |y_w| of the whole batch: the mean over j is taken
+    over it, so that the processes' mean losses average to the whole batch's NLL per chosen token.
     """
     _check_same_shape(
         policy_chosen_logps=policy_chosen_logps,
@@ -615,6 +618,9 @@ def dpo_loss(
     chosen_logratio = policy_chosen_logps - ref_chosen_logps  # log p_θ(y_w)/p_ref(y_w)
     rejected_logratio = policy_rejected_logps - ref_rejected_logps  # log p_θ(y_l)/p_ref(y_l)
     _check_token_counts(policy_chosen_logps, chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths)
+    if all_chosen_lengths is not None:  # (M,): the whole batch's, whatever this share's B
+        _check_real_tokens(None, all_chosen_lengths=all_chosen_lengths.double())
+        _check_lengths(all_chosen_lengths=all_chosen_lengths)
     if rpo_alpha > 0:
         _require("rpo_alpha > 0", chosen_lengths=chosen_lengths)
     if ipo_normalisation == "mean":
@@ -629,7 +635,8 @@ def dpo_loss(
     else:
         losses = torch.relu(1 - beta * h)
     if rpo_alpha > 0:
-        losses = losses + rpo_alpha * -policy_chosen_logps / chosen_lengths.to(policy_chosen_logps).mean()
+        lengths = chosen_lengths if all_chosen_lengths is None else all_chosen_lengths  # |y_w,j| of the mean_j
+        losses = losses + rpo_alpha * -policy_chosen_logps / lengths.to(policy_chosen_logps).mean()
     return losses, beta * chosen_logratio.detach(), beta * rejected_logratio.detach()
 
 

@@ -51,7 +51,8 @@ def run_all() -> dict[str, dict]:
     results["sft"] = (history, model)
 
     pairs = load_preference_pairs("sentiment", "train")[:40]
-    model, _, history = train_dpo(pairs, DPOConfig(steps=3, batch_size=8, eval_prompts=0, **COMMON))
+    # RPO's NLL term is per chosen token of the global batch (a normaliser over every process's pairs)
+    model, _, history = train_dpo(pairs, DPOConfig(steps=3, batch_size=8, eval_prompts=0, rpo_alpha=0.5, **COMMON))
     results["dpo"] = (history, model)
     model, _, history = train_kto(pairs[:12], DPOConfig(loss_type="kto", steps=2, batch_size=4, eval_prompts=0,
                                                         **COMMON))

@@ -24,6 +24,13 @@ def test_a_single_process_runtime_changes_nothing():
     assert runtime.sampling_rows(8) is None and runtime.reduce({"loss": 1.5}) == {"loss": 1.5}
 
 
+def test_gradient_checkpointing_skips_a_module_without_a_transformer():
+    """PPO prepares its value head too: with gradient_checkpointing it has nothing to recompute (it used to raise
+    StopIteration before the first step)."""
+    head = torch.nn.Linear(4, 1)
+    assert Runtime(device="cpu", gradient_checkpointing=True).prepare(head) is head
+
+
 def test_processes_split_the_global_minibatches_by_rows():
     """Each process takes its own rows of the one global permutation; together they cover the batch once."""
 
@@ -41,8 +48,8 @@ def test_processes_split_the_global_minibatches_by_rows():
 
 @pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
-    """SFT, DPO, KTO, the reward model (an epoch's short last batch), GRPO (β > 0, batch-std
-    advantages, token-mean loss), Dr. GRPO (B · T_max), REINFORCE++ (per-token advantages) and PPO (whitened
+    """SFT, DPO (with RPO's NLL per chosen token), KTO, the reward model (an epoch's short last batch), GRPO (β > 0,
+    batch-std advantages, token-mean loss), Dr. GRPO (B · T_max), REINFORCE++ (per-token advantages) and PPO (whitened
     advantages): the same losses, rewards and gradient norms at every step, and the same final weights, on every
     process."""
     sys.path.insert(0, str(ROOT / "tests"))
@@ -64,9 +71,14 @@ def test_two_processes_match_one_process(tmp_path):
             torch.testing.assert_close(two[method]["params"], expected["params"], atol=1e-3, rtol=0, msg=method)
             assert len(two[method]["history"]) == len(expected["history"])
             for row_1, row_2 in zip(expected["history"], two[method]["history"]):
-                # KTO's kl is z_ref, a batch statistic taken over the gathered batch: exact as well
-                for key in ("loss", "grad_norm", "reward", "rewards/accuracy", "accuracy", "eval/accuracy") + (
-                    ("kl",) if method == "kto" else ()
+                # reward_std, advantage_std, PPO's explained_variance, KTO's kl (z_ref) and class means are taken
+                # over the gathered batch: exact as well (NaN, logged as None, when the global batch lacks a class)
+                for key in ("loss", "grad_norm", "reward", "reward_std", "advantage_std", "explained_variance",
+                            "rewards/accuracy", "accuracy", "eval/accuracy") + (
+                    ("kl", "rewards/desirable", "rewards/undesirable", "logps/desirable", "logps/undesirable")
+                    if method == "kto" else ()
                 ):
-                    if key in row_1:
+                    if row_1.get(key) is None:
+                        assert row_2.get(key) is None, (method, row_1["step"], key)
+                    else:
                         assert row_2[key] == pytest.approx(row_1[key], rel=1e-3, abs=1e-5), (method, row_1["step"], key)

@@ -16,14 +16,15 @@ from hypothesis import strategies as st
 
 from minirlhf import distributed
 from minirlhf.data import load_preference_pairs
-from minirlhf.distributed import Runtime, is_main_process, launched_processes
+from minirlhf.distributed import Runtime, is_main_process, launched_processes, setup_runtime
 from minirlhf.errors import UserError
 from minirlhf.losses import AGGREGATIONS, aggregate
 from minirlhf.models import hub_reachable
+from minirlhf.trainers.checkpoint import Checkpointer, release_run_folder
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.kto import train_kto
-from minirlhf.trainers.preference import next_rows
+from minirlhf.trainers.preference import next_rows, preference_loss
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
@@ -187,3 +188,48 @@ def test_hf_hub_offline_is_read_as_huggingface_hub_reads_it(monkeypatch, value, 
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: probed.append(a) or Connection())
     assert hub_reachable("https://hub.example") is (not offline)
     assert bool(probed) is (not offline)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 4), st.integers(1, 3), st.integers(0, 2**31 - 1), st.sampled_from(["sigmoid", "ipo", "hinge"]))
+def test_rpo_shares_average_to_the_nll_per_chosen_token_of_the_global_batch(world_size, pairs_each, seed, loss_type):
+    """RPO's NLL term is normalised by the mean |y_w| of the batch: each process's share normalises by the global
+    batch's (`all_chosen_lengths`, what train_dpo gathers), else the processes average their own token means."""
+    g = torch.Generator().manual_seed(seed)
+    n = world_size * pairs_each
+    logps = [-10 * torch.rand(n, generator=g, dtype=torch.float64) for _ in range(4)]
+    lengths = torch.randint(1, 9, (2, n), generator=g)
+    config = DPOConfig(loss_type=loss_type, rpo_alpha=0.7)
+    whole = preference_loss(config, *logps, *lengths)[0].mean()
+    shares = [preference_loss(config, *(x[rows] for x in logps), *(x[rows] for x in lengths),
+                              all_chosen_lengths=lengths[0])[0].mean()
+              for rows in torch.arange(n).chunk(world_size)]  # equal shares of rows: share = 1
+    torch.testing.assert_close(sum(shares) / world_size, whole)
+
+
+def files_under(folder) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+@pytest.mark.parametrize("fork", [False, True])
+def test_a_process_other_than_the_main_one_resumes_without_writing(monkeypatch, tmp_path, fork):
+    """--resume of an older checkpoint (a rewind) or --resume --fork-to under several processes: the main process
+    checks the run folders and writes; every other one (out_dir None, `setup_runtime`) loads the checkpoint and
+    touches no file (it used to move the newer checkpoints aside too, and crashed on a fork)."""
+    run, module = tmp_path / "run", torch.nn.Linear(3, 2)
+    saver = Checkpointer(GRPOConfig(out_dir=str(run)), torch.optim.AdamW(module.parameters()), {}, model=module)
+    saver.resume()  # a fresh run: its manifest
+    older = saver.save(1, [{"step": 0}])
+    saver.save(2, [{"step": 0}, {"step": 1}])
+    release_run_folder(run)
+    before = files_under(tmp_path)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setattr(distributed, "_accelerator", lambda device: types.SimpleNamespace(
+        process_index=1, num_processes=2, device=torch.device("cpu")))
+    _, config = setup_runtime(GRPOConfig(resume=str(older), fork_to=str(tmp_path / "fork") if fork else None,
+                                         device="cpu"))
+    assert config.out_dir is None and not config.progress  # the main process writes, and shows the progress bar
+    step, history, _ = Checkpointer(config, torch.optim.AdamW(module.parameters()), {}, model=module).resume()
+    assert (step, history) == (1, [{"step": 0}])
+    assert files_under(tmp_path) == before

@@ -125,6 +125,8 @@ class Checkpointer:
             raise UserError(f"checkpoint {checkpoint} is at step {state['step']}, but steps={self.config.steps}: a "
                             f"resumed run cannot do fewer steps than it has done; pass --steps {state['step']} or "
                             f"more, or resume an earlier checkpoint")
+        if self.config.out_dir is None:  # a process that writes nothing (of several, any but the main one, which
+            return self.restore(checkpoint, state)  # checks the run folders, forks or rewinds them)
         if self.config.fork_to is not None:
             _check_fresh_folder(Path(self.config.out_dir), self.config.overwrite, self.config.model)
             restored = self.restore(checkpoint, state)

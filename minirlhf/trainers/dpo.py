@@ -96,8 +96,10 @@ def train_dpo(
                 with torch.inference_mode():
                     ref_chosen, ref_rejected = (r.clone() for r in pair_logps(ref, encoded))
         # 3. -log σ(β [log p_θ/p_ref (y_w) - log p_θ/p_ref (y_l)])  (or IPO, hinge, SimPO, ORPO: `preference_loss`)
-        losses, r_chosen, r_rejected = preference_loss(
-            config, chosen, rejected, ref_chosen, ref_rejected, *pair_lengths(encoded["response_mask"])
+        chosen_lengths, rejected_lengths = pair_lengths(encoded["response_mask"])
+        losses, r_chosen, r_rejected = preference_loss(  # RPO's NLL: per chosen token of the global batch
+            config, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths, rejected_lengths,
+            all_chosen_lengths=runtime.gather(chosen_lengths),
         )
         loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's pairs
         metrics |= {

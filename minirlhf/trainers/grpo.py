@@ -131,7 +131,9 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
             metrics |= counts
         else:
             first = exp = s.collect()
-        metrics |= experience_metrics(first) | {"zero_std_groups": zero_std_groups(first.rewards, config.group_size)}
+        metrics |= experience_metrics(first, runtime) | {
+            "zero_std_groups": zero_std_groups(first.rewards, config.group_size)
+        }
         if exp is None:  # dynamic sampling at its cap without one informative group: nothing to learn from
             run.log(step, metrics)
             continue

@@ -75,7 +75,7 @@ def train_kto(
     """Train p_θ with KTO on the pairs split into unpaired examples. Arguments and return as `train_dpo`.
 
     Logged every step: loss, rewards/desirable and rewards/undesirable (mean β r_θ of each class in the batch;
-    NaN when the batch holds none of the class), kl (z_ref), logps/desirable, logps/undesirable, grad_norm;
+    NaN when the (global) batch holds none of the class), kl (z_ref), logps/desirable, logps/undesirable, grad_norm;
     every `eval_every` steps the same held-out evaluation as DPO."""
     # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
     # without dropout, the context size and the length check, epochs -> steps (every batch checked to share out
@@ -127,6 +127,9 @@ def train_kto(
             config.kto_desirable_weight, config.kto_undesirable_weight,
         )
         loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's examples
+        # the class means below over the global batch: a process's share may hold few or none of a class
+        rewards, logp = runtime.gather(rewards), runtime.gather(logp.detach())
+        desirable = runtime.gather(desirable.long()).bool()
 
         metrics |= {
             "loss": loss.item(),

@@ -430,12 +430,14 @@ def minibatches(
     return [order[i : i + step] for i in range(0, len(order), step)]
 
 
-def experience_metrics(exp: Experience) -> dict[str, float]:
-    """What every online method logs about its fresh samples."""
+def experience_metrics(exp: Experience, runtime: Runtime) -> dict[str, float]:
+    """What every online method logs about its fresh samples (this process's share: means over its rows, which
+    `Runtime.reduce` averages into the global batch's; the std of the rewards over the gathered batch)."""
     lengths = exp.mask.sum(-1).float()
+    all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
     metrics = {
         "reward": exp.rewards.mean().item(),
-        "reward_std": exp.rewards.std().item() if exp.rewards.numel() > 1 else 0.0,
+        "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
         "response_length": lengths.mean().item(),
         "eos_rate": exp.rollout.ended_with_eos.float().mean().item(),
     }

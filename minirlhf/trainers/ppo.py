@@ -139,11 +139,12 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
             rewards = token_rewards(exp.rewards, mask, kl, config.beta)  # (B, N)
             # 3. Â_t = Σ_l (γλ)^l δ_{t+l} and the value targets R_t = Â_t + V_old(s_t)
             advantages, returns = gae(rewards, old_values, mask, config.gamma, config.lam)  # (B, N) each
-            metrics |= experience_metrics(exp) | {
+            metrics |= experience_metrics(exp, runtime) | {
                 "value_mean": masked_mean(old_values, mask).item(),
                 "return_mean": masked_mean(returns, mask).item(),
                 "advantage_mean": masked_mean(advantages, mask).item(),
-                "explained_variance": explained_variance(old_values, returns, mask),
+                # a variance ratio, not a mean: over the gathered batch
+                "explained_variance": explained_variance(*(runtime.gather(x) for x in (old_values, returns, mask))),
             }
             if config.whiten_advantages:  # over the real tokens of the global batch
                 advantages = runtime.local(masked_whiten(runtime.gather(advantages), runtime.gather(mask)))

@@ -132,9 +132,14 @@ def pair_lengths(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return lengths[:B], lengths[B:]
 
 
-def preference_loss(config: DPOConfig, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths, rejected_lengths):
-    """The pairwise loss `config.loss_type` names, from (B,) sequence log-probs and token counts. Returns per-pair
-    losses (B,) and the method's own rewards of y_w and y_l, (B,) each, detached:
+def preference_loss(
+    config: DPOConfig, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths, rejected_lengths,
+    all_chosen_lengths: torch.Tensor | None = None,
+):
+    """The pairwise loss `config.loss_type` names, from (B,) sequence log-probs and token counts (`all_chosen_lengths`:
+    |y_w| of the whole batch when these B pairs are one process's share, for RPO's NLL per chosen token of the
+    batch, `losses.dpo_loss`). Returns per-pair losses (B,) and the method's own rewards of y_w and y_l, (B,) each,
+    detached:
         sigmoid/ipo/hinge   β log p_θ(y|x)/p_ref(y|x)      (`losses.dpo_loss`)
         simpo               (β/|y|) log p_θ(y|x)           (`losses.simpo_loss`; ref_* unused, may be None)
         orpo                log odds_θ(y|x)                (`losses.orpo_loss`; ref_* unused, may be None)
@@ -147,7 +152,8 @@ def preference_loss(config: DPOConfig, chosen, rejected, ref_chosen, ref_rejecte
         raise ValueError("preference_loss: loss_type='kto' scores unpaired examples (minirlhf.trainers.kto)")
     return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, config.beta, config.loss_type, config.label_smoothing,
                     chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths,
-                    ipo_normalisation=config.ipo_normalisation, rpo_alpha=config.rpo_alpha)
+                    ipo_normalisation=config.ipo_normalisation, rpo_alpha=config.rpo_alpha,
+                    all_chosen_lengths=all_chosen_lengths)
 
 
 @torch.inference_mode()

@@ -78,7 +78,7 @@ def train_reinforce(
     for step in run.steps(f"reinforce[{config.baseline}]"):
         metrics = run.evaluate(step)
         exp = s.collect()
-        metrics |= experience_metrics(exp)
+        metrics |= experience_metrics(exp, runtime)
         if config.group_size > 1:  # the share of groups whose G rewards are all equal (as GRPO logs it)
             metrics["zero_std_groups"] = zero_std_groups(exp.rewards, config.group_size)
         if config.baseline in PER_TOKEN_BASELINES:
@@ -99,9 +99,10 @@ def train_reinforce(
                 advantages = shaped - ema
             else:
                 advantages = shaped
+        # their std over the global batch (over its real tokens for REINFORCE++)
+        metrics["advantage_std"] = advantages[runtime.gather(exp.mask).bool()].std().item() \
+            if advantages.dim() == 2 else advantages.std().item()
         advantages = runtime.local(advantages)  # this process's rows
-        metrics["advantage_std"] = advantages[exp.mask.bool()].std().item() if advantages.dim() == 2 else \
-            advantages.std().item()  # over real tokens for REINFORCE++
 
         model.train()
         if config.debug:
