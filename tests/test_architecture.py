@@ -115,3 +115,17 @@ def test_the_core_imports_and_trains_without_matplotlib_and_ipywidgets(tmp_path)
     assert '"step": 2' in done.stdout  # the final metrics row: both steps ran
     blocked = run_without_course_libraries(["minirlhf.course.viz"], ["--help"], tmp_path)
     assert blocked.returncode != 0 and "No module named 'matplotlib" in blocked.stderr  # the blocker blocks
+
+
+def test_the_trainer_lengths_script_counts_every_trainer():
+    """scripts/trainer_lengths.py (the line counts issue 26 asks for) knows every `train_x` in minirlhf/trainers/,
+    and its preamble and loop lie inside the total."""
+    found = {node.name.removeprefix("train_") for path in (PACKAGE / "trainers").glob("*.py")
+             for node in ast.parse(path.read_text()).body
+             if isinstance(node, ast.FunctionDef) and node.name.startswith("train_")}
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "trainer_lengths.py")], capture_output=True,
+                         text=True, check=True).stdout.splitlines()
+    rows = {name: tuple(map(int, numbers)) for name, *numbers in (line.split() for line in out[1:])}
+    assert set(rows) == found
+    for name, (total, preamble, loop) in rows.items():
+        assert 0 < preamble + loop < total, name

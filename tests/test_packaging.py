@@ -58,14 +58,18 @@ def dist_dir(tmp_path_factory) -> Path:
     wheel = run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-v", "-w", str(out)], out, env, True)
     build_sdist = f"from setuptools import build_meta; build_meta.build_sdist({str(out)!r})"
     sdist = run([sys.executable, "-c", build_sdist], ROOT, env, True)
-    (out / "build.log").write_text(wheel + sdist)
+    # the editable wheel `make` installs (pip install -e .), built the same way into its own folder
+    build_editable = f"from setuptools import build_meta; build_meta.build_editable({str(out / 'editable')!r})"
+    editable = run([sys.executable, "-c", build_editable], ROOT, env, True)
+    (out / "build.log").write_text(wheel + sdist + editable)
     return out
 
 
 def test_the_build_prints_no_warning(dist_dir):
     """setuptools wraps every warning of its own in a "!!" banner under a line naming its class (e.g.
     SetuptoolsDeprecationWarning for a licence written as a TOML table, or for a data folder that "would be
-    ignored"): a clean build prints none of them."""
+    ignored", BuildBackendWarning "Editable installation." for an editable install through an import hook): a clean
+    build of the wheel, the sdist and the editable wheel prints none of them."""
     lines = (dist_dir / "build.log").read_text().splitlines()
     warned = [line for line in lines if "Warning" in line or "deprecat" in line.lower() or line.strip() == "!!"]
     assert not warned, "building minirlhf warns:\n" + "\n".join(warned)
