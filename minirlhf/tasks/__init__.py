@@ -13,7 +13,7 @@ import dataclasses
 import math
 import numbers
 import random
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,30 +81,46 @@ def with_reward(task: Task, name: str, weight: float, reward_fn: RewardFn) -> Ta
 
 
 def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str], **columns: Any) -> torch.Tensor:
-    """R(x, y) for a batch, checked: one finite float per completion, or a ValueError naming the function."""
+    """R(x, y) for a batch, checked: one finite float per completion, or a ValueError naming the function.
+
+    What may cross: a list or a tuple of numbers, or a 1-D numpy array or torch tensor, one value per completion,
+    in the completions' order. A number is an int, a float, a numpy scalar or a 0-d tensor; a bool counts as 1.0 or
+    0.0 (a correctness check written `answer == target`). Anything else is refused, naming the function and the type:
+    a dict or a set (their keys or their order would become the rewards), a generator, a string, nested lists, a
+    tensor or array of another shape."""
     name = reward_name(reward_fn)
     try:  # copies: a reward that changes its arguments changes nothing of the run's
         rewards = reward_fn(list(prompts), list(completions), **{k: list(v) for k, v in columns.items()})
     except SystemExit as exit_:
         raise UserError(f"reward function {name} called sys.exit({exit_.code!r}): a reward returns one float per "
                         f"completion, it does not end the run") from None
+    wanted = f"a list of {len(completions)} floats, one per completion"
     if rewards is None:
-        raise ValueError(f"reward function {name} returned None instead of a list of {len(completions)} floats")
+        raise ValueError(f"reward function {name} returned None instead of {wanted}")
     if isinstance(rewards, torch.Tensor | np.ndarray):
+        if rewards.ndim != 1:
+            raise ValueError(f"reward function {name} returned a {type(rewards).__name__} of shape "
+                             f"{tuple(rewards.shape)} instead of {wanted} (a 1-D array or tensor)")
         rewards = rewards.tolist()
-    if isinstance(rewards, numbers.Number | str) or not isinstance(rewards, Iterable):
+    elif isinstance(rewards, numbers.Number):
         raise ValueError(f"reward function {name} returned a single {type(rewards).__name__} ({rewards!r}) instead "
-                         f"of a list of {len(completions)} floats, one per completion")
+                         f"of {wanted}")
+    elif not isinstance(rewards, list | tuple):
+        raise ValueError(f"reward function {name} returned a {type(rewards).__name__} ({_short(rewards)}) instead "
+                         f"of {wanted}: only a list, a tuple, a 1-D numpy array or a 1-D torch tensor keeps the "
+                         "completions' order")
     rewards = list(rewards)
     if len(rewards) != len(completions):
         raise ValueError(f"reward function {name} returned {len(rewards)} rewards for {len(completions)} completions")
     for i, r in enumerate(rewards):
-        r = r.item() if isinstance(r, torch.Tensor | np.generic) else r  # a numpy or 0-d torch number counts
+        if isinstance(r, torch.Tensor | np.ndarray) and r.ndim == 0:  # a 0-d tensor or array counts as its number
+            r = r.item()
+        r = r.item() if isinstance(r, np.generic) else r  # a numpy scalar counts as its number
         # float32 is what the losses compute in: a reward beyond its range (±3.4e38) would become inf there
         if r is None or not isinstance(r, int | float) or not _fits_float32(r):
             raise ValueError(
-                f"reward function {name} returned {_short(r)} for completion {i} ({completions[i]!r}); "
-                "every reward must be a finite number within float32's range (|R| < 3.4e38)"
+                f"reward function {name} returned {_short(r)}{_kind(r)} for completion {i} "
+                f"({completions[i]!r}); every reward must be a finite number within float32's range (|R| < 3.4e38)"
             )
         rewards[i] = float(r)
     return torch.tensor(rewards, dtype=torch.float32)
@@ -115,6 +131,11 @@ def _fits_float32(value: int | float) -> bool:
         return math.isfinite(value) and abs(float(value)) <= torch.finfo(torch.float32).max
     except OverflowError:  # an int too large for a float
         return False
+
+
+def _kind(value: Any) -> str:
+    """" (a list)" after a value that is no number and not None: the type says what went wrong."""
+    return "" if value is None or isinstance(value, int | float) else f" (a {type(value).__name__})"
 
 
 def _short(value: Any) -> str:
