@@ -203,6 +203,8 @@ def load_preference_pairs(
     if path.is_file():
         if path.suffix == ".jsonl":
             return _pairs_from_jsonl(path, skip_invalid)
+        if path.suffix == ".json":
+            return _pairs_from_json(path, skip_invalid)
         if path.stat().st_size == 0:
             raise ValueError(f"{path} is empty: it holds no preference pairs")
         return _pairs_from_rows(_rows_from_datasets(str(path), split, local=True), str(path), "row", skip_invalid)
@@ -419,6 +421,49 @@ def _pairs_from_jsonl(path: Path, skip_invalid: bool) -> list[PreferencePair]:
     return _collect(rows, str(path), "line", skip_invalid)
 
 
+def _pairs_from_json(path: Path, skip_invalid: bool) -> list[PreferencePair]:
+    """A .json file: one JSON array of pair objects, or one object per line (read as JSONL). The rules are the
+    JSONL file's: an object naming a key twice is refused, naming its item and line."""
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8").removeprefix(BYTE_ORDER_MARK)
+    except UnicodeDecodeError as err:
+        raise UserError(f"{path}: not UTF-8 text (byte {err.start + 1})") from None
+    start = len(text) - len(text.lstrip())
+    if not text[start:start + 1] == "[":  # not one array: JSON Lines in a .json file
+        return _pairs_from_jsonl(path, skip_invalid)
+    decoder, rows, at = json.JSONDecoder(object_pairs_hook=_unique_keys), [], start + 1
+    while True:
+        at += len(text[at:]) - len(text[at:].lstrip())
+        if text[at:at + 1] == "]" and not rows:
+            break
+        line = text.count("\n", 0, at) + 1
+        try:
+            row, at = decoder.raw_decode(text, at)
+        except DuplicateKeyError as err:
+            row = _BadJSON(f"{err} (line {line})")
+            at = _skip_value(text, at)
+        except (json.JSONDecodeError, ValueError, RecursionError) as err:
+            raise UserError(f"{path}, line {line}: invalid JSON ({getattr(err, 'msg', err)})") from None
+        rows.append((len(rows), row))
+        at += len(text[at:]) - len(text[at:].lstrip())
+        if text[at:at + 1] == "]":
+            break
+        if text[at:at + 1] != ",":
+            raise UserError(f"{path}, line {text.count(chr(10), 0, at) + 1}: invalid JSON (expected ',' or ']')")
+        at += 1
+    if text[at + 1:].strip():
+        raise UserError(f"{path}, line {text.count(chr(10), 0, at + 1) + 1}: invalid JSON (extra data after the array)")
+    if not rows:
+        raise ValueError(f"{path} is empty: it holds no preference pairs")
+    return _collect(rows, str(path), "item", skip_invalid)
+
+
+def _skip_value(text: str, at: int) -> int:
+    """The end of the JSON value that starts at `at`, read without the duplicate-key rule (to go on to the next)."""
+    return json.JSONDecoder().raw_decode(text, at)[1]
+
+
 def _pairs_from_rows(rows, where: str, unit: str, skip_invalid: bool) -> list[PreferencePair]:
     numbered = list(enumerate(rows))
     if not numbered:
@@ -454,30 +499,51 @@ def _collect(numbered_rows, where: str, unit: str, skip_invalid: bool) -> list[P
     return pairs
 
 
-def _rows_from_datasets(source: str, split: str, local: bool) -> list[dict]:
+PAIR_SET = ("preference dataset", "'prompt', 'chosen' and 'rejected' fields")  # (what, the fields its rows hold)
+
+
+def _rows_from_datasets(source: str, split: str, local: bool, kind: tuple[str, str] = PAIR_SET) -> list[dict]:
     """Rows of a local file/folder or a hub dataset via `datasets.load_dataset`. The hub is probed first, so that
-    an offline machine gets a clear error in seconds instead of a minute of retries."""
+    an offline machine gets a clear error in seconds instead of a minute of retries. `kind`: what the rows are and
+    the fields they hold, for the errors."""
     import datasets
 
+    what, holding = kind
     if local:
         path = Path(source)
         if path.is_file():
             builder = {".json": "json", ".csv": "csv", ".parquet": "parquet"}.get(path.suffix)
             if builder is None:
-                raise ValueError(f"{path}: unknown preference file type {path.suffix!r}; use .jsonl, .json, .csv "
+                raise ValueError(f"{path}: unknown {what} file type {path.suffix!r}; use .jsonl, .json, .csv "
                                  f"or .parquet")
+            if builder == "csv":
+                _check_csv_header(path)
             try:
                 return list(datasets.load_dataset(builder, data_files=str(path), split="train"))
             except Exception as err:  # datasets wraps the parser's error in a DatasetGenerationError
                 cause = err
                 while cause.__cause__ is not None or cause.__context__ is not None:
                     cause = cause.__cause__ or cause.__context__
-                raise ValueError(f"{path} cannot be read as a {path.suffix} file of preference rows: "
+                raise ValueError(f"{path} cannot be read as a {path.suffix} file of {what} rows: "
                                  f"{type(cause).__name__}: {str(cause)[:200]}") from err
         return list(datasets.load_dataset(str(path), split=split))
-    require_hub(f"preference dataset {source!r}", "and it is not a local file or folder. Use a local JSONL file with "
-                f"'prompt', 'chosen' and 'rejected' fields, or the shipped data: {sorted(PREFERENCE_DATASETS)}")
+    shipped = f", or the shipped data: {sorted(PREFERENCE_DATASETS)}" if kind == PAIR_SET else ""
+    require_hub(f"{what} {source!r}", f"and it is not a local file or folder. Use a local JSONL file with {holding}"
+                f"{shipped}")
     return list(datasets.load_dataset(source, split=split))
+
+
+def _check_csv_header(path: Path) -> None:
+    """A CSV header naming a column twice is refused, as a JSON key written twice is (pandas would rename the second
+    `chosen.1` and the pair would silently take the first)."""
+    import csv
+
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as f:
+        header = next(csv.reader(f), [])
+    twice = sorted({name for name in header if header.count(name) > 1})
+    if twice:
+        raise UserError(f"{path}, line 1: column {twice[0]!r} appears twice in the header: which one is meant cannot "
+                        "be known, keep one")
 
 
 # ----------------------------------------------------------------------------- unpaired examples (KTO)

@@ -11,6 +11,9 @@ library raises with a message naming the file, line, field and value.
 from __future__ import annotations
 
 import os
+import sys
+import traceback
+from pathlib import Path
 
 TRACEBACK_ENV = "MINIRLHF_TRACEBACK"  # "1": the command line prints the full traceback of a user error too
 
@@ -34,3 +37,19 @@ def env_flag(name: str) -> bool:
     if value not in ("", "0", "1"):
         raise UserError(f"environment variable {name}={value!r}: expected 1 (on) or 0 (off)")
     return value == "1"
+
+
+def raised_at(error: BaseException) -> str:
+    """Where in the user's own code `error` was raised: "file.py, line 12, in make_task", the deepest frame of its
+    traceback outside minirlhf, the standard library and installed packages (else the deepest frame of all)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "no traceback"
+    library = [Path(__file__).resolve().parent] + [Path(p).resolve() for p in {sys.prefix, sys.base_prefix}]
+
+    def own(frame: traceback.FrameSummary) -> bool:
+        path = Path(frame.filename).resolve()
+        return not frame.filename.startswith("<frozen") and not any(path.is_relative_to(lib) for lib in library)
+
+    frame = next((f for f in reversed(frames) if own(f)), frames[-1])
+    return f"{frame.filename}, line {frame.lineno}, in {frame.name}"

@@ -180,10 +180,30 @@ def _out_clash(notebooks: list[Path], out: Path) -> str | None:
             return f"--out {out}: {sources[path.name]} and {path} would both be written as {out / path.name}"
         sources[path.name] = path.resolve()
         existing = out / path.name
+        if existing.resolve() == path.resolve():  # --out is the notebook's own folder (under any spelling)
+            return (f"--out {out}: {path} would be overwritten by its own executed copy; choose a folder that holds "
+                    "no notebook it runs")
         before = nbformat.read(existing, as_version=4).metadata.get(EXECUTED_FROM) if existing.is_file() else None
         if before is not None and before != str(path.resolve()):  # a copy without the record: its source is unknown
             return (f"--out {out}: {existing} exists (executed from {before}); writing {path} there would replace "
                     f"it: choose another --out folder, or remove that file")
+    return None
+
+
+def _unwritable(out: Path, notebooks: list[Path]) -> str | None:
+    """Why the executed copies cannot be written into `out` (None when they can), found before any notebook runs:
+    a run of minutes must not end in a traceback at its last line. Creates `out` when it is missing."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        return f"--out {out}: cannot write there ({err.strerror or err})"
+    for path in notebooks:
+        target = out / path.name
+        if target.exists() and (target.is_dir() or not os.access(target, os.W_OK)):
+            why = "a folder" if target.is_dir() else "read-only"
+            return f"--out {out}: {target} exists and cannot be replaced ({why})"
     return None
 
 
@@ -199,7 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         problem = _out_clash(args.notebooks, args.out)
         if problem:
             parser.error(problem)
-        args.out.mkdir(parents=True, exist_ok=True)
+        problem = _unwritable(args.out, args.notebooks)
+        if problem:
+            parser.error(problem)
     mode = "quick" if args.quick else "full"
     failed = []
     for path in args.notebooks:

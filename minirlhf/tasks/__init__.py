@@ -24,6 +24,7 @@ from minirlhf.data import Evaluation
 from minirlhf.errors import UserError
 
 RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
+REWARD_ARGUMENTS = ("prompts", "completions")  # a reward's own arguments: no prompt column may take their names
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,37 @@ class WeightedReward:
 
     def __call__(self, prompts: list[str], completions: list[str], **columns: Any) -> list[float]:
         return self.total(self.parts(prompts, completions, **columns)).tolist()
+
+
+def draw_prompts(task: Task, n: int, rng: random.Random) -> list[str] | list[dict[str, Any]]:
+    """`task.train_prompts(n, rng)`, checked: exactly n prompts, all non-empty strings, or all rows {"prompt": str,
+    column: value, ...} with the same columns, none named like a reward's own arguments. Anything else is a
+    ValueError naming the task and what it returned."""
+    drawn = task.train_prompts(n, rng)
+    where = f"task {task.name!r}: train_prompts({n}, rng)"
+    if not isinstance(drawn, list | tuple):
+        raise UserError(f"{where} returned a {type(drawn).__name__}; it must return a list of {n} prompts")
+    if len(drawn) != n:
+        raise UserError(f"{where} returned {len(drawn)} prompts; it must return exactly {n}")
+    drawn = list(drawn)
+    rows = bool(drawn) and isinstance(drawn[0], dict)
+    for i, item in enumerate(drawn):
+        prompt = item.get("prompt") if rows and isinstance(item, dict) else item
+        if rows != isinstance(item, dict) or not isinstance(prompt, str) or not prompt.strip():
+            what = "rows {'prompt': str, ...}" if rows else "non-empty strings"
+            raise UserError(f"{where} returned {_short(item)} (a {type(item).__name__}) as prompt {i}; every prompt "
+                            f"must be one of the same kind: {what}")
+    if rows:
+        columns = set(drawn[0])
+        taken = sorted(columns & set(REWARD_ARGUMENTS))
+        if taken:
+            raise UserError(f"{where}: column {taken[0]!r} has the name of a reward function's own argument "
+                            f"({', '.join(REWARD_ARGUMENTS)}): rename the column")
+        for i, row in enumerate(drawn):
+            if set(row) != columns:
+                raise UserError(f"{where}: prompt {i} has the columns {sorted(row)}, prompt 0 {sorted(columns)}; "
+                                "every row needs the same columns (the rewards get one list per column)")
+    return drawn
 
 
 def reward_name(reward_fn: RewardFn) -> str:

@@ -8,11 +8,13 @@ A config records what its run learns from as plain values (`task`, `prompts`, `r
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from minirlhf.data import Evaluation, PreferenceData, PreferencePair, SFTData, preference_data
+from minirlhf.errors import UserError, raised_at
 from minirlhf.tasks import Task, arithmetic, sentiment
 from minirlhf.tasks.user import load_object, located_prompt_rows, prompts_task
 
@@ -79,11 +81,18 @@ def _made(name: str, shipped: dict[str, Callable[[], Any]], expected: type) -> A
         raise ValueError(f"task {name!r} is made in Python by {MADE_IN_PYTHON[name]}: pass that Task to the trainer "
                          f"(a name cannot rebuild its reward model); the tasks a name gives: {', '.join(shipped)}")
     make = shipped.get(name) or load_object(name, "task")
-    try:
-        made = make()
+    try:  # the calling convention is checked apart from the call: an error inside the task is the task's own
+        inspect.signature(make).bind()
     except TypeError as err:
         raise ValueError(f"task {name!r} must be callable without arguments and return a {expected.__name__}: "
-                         f"{err}") from err
+                         f"{err}") from None
+    except ValueError:  # a callable without a signature (a builtin): the call itself tells
+        pass
+    try:
+        made = make()
+    except Exception as err:
+        raise UserError(f"task {name!r} raised {type(err).__name__}: {err} ({raised_at(err)}); --traceback shows "
+                        "the whole traceback") from err
     if not isinstance(made, expected):
         raise ValueError(f"task {name!r} returned a {type(made).__name__}; a {expected.__name__} is needed here")
     return made

@@ -24,10 +24,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from minirlhf.data import BYTE_ORDER_MARK, DuplicateKeyError, check_text, load_json_line
+from minirlhf.data import BYTE_ORDER_MARK, DuplicateKeyError, _rows_from_datasets, check_text, load_json_line
 from minirlhf.errors import UserError
-from minirlhf.tasks import RewardFn, Task, WeightedReward, reward_name
+from minirlhf.tasks import REWARD_ARGUMENTS, RewardFn, Task, WeightedReward, reward_name
 
+PROMPT_SET = ("prompt set", "a 'prompt' field")  # what the rows are, for the errors
 MAX_NEW_TOKENS = 32  # response budget of a task of your own unless --max-new-tokens says otherwise (fits `tiny`)
 
 
@@ -90,6 +91,8 @@ def located_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",
     """(where, row) for each row of `load_prompt_rows`, where = "file, line N" (or "name (train split), row i"):
     every row is checked here, before the first step."""
     path = Path(source).expanduser()
+    if path.is_dir() and (path / "train.jsonl").is_file():  # a folder of splits: its train split
+        path = path / "train.jsonl"
     if path.suffix == ".jsonl" or path.is_file():
         if not path.is_file():
             raise FileNotFoundError(f"prompt file {str(source)!r} does not exist (relative to {Path.cwd()})")
@@ -112,11 +115,9 @@ def located_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",
                 except (ValueError, RecursionError) as err:  # an integer of 5000 digits, nesting 10^5 deep
                     raise UserError(f"{path}, line {number}: invalid JSON ({type(err).__name__}: "
                                     f"{str(err)[:80]})") from None
-    else:
-        from minirlhf.data import _rows_from_datasets
-
-        numbered = [(f"{source} (train split), row {i}", row)
-                    for i, row in enumerate(_rows_from_datasets(str(source), "train", local=False))]
+    else:  # a folder `datasets` reads, or a hub name
+        numbered = [(f"{source} (train split), row {i}", row) for i, row in enumerate(
+            _rows_from_datasets(str(path if path.is_dir() else source), "train", local=path.is_dir(), kind=PROMPT_SET))]
     if not numbered:
         raise ValueError(f"{source} holds no prompts")
     for where, row in numbered:
@@ -129,6 +130,10 @@ def located_prompt_rows(source: str | Path, required: Sequence[str] = ("prompt",
                                  + (" (white space only)" if isinstance(value, str) and value else ""))
             check_text(row[field], where, field)
     columns = set(numbered[0][1])
+    taken = sorted(columns & set(REWARD_ARGUMENTS))
+    if taken:
+        raise UserError(f"{numbered[0][0]}: column {taken[0]!r} has the name of a reward function's own argument "
+                        f"({', '.join(REWARD_ARGUMENTS)}), so the reward could not be called: rename the column")
     for where, row in numbered:
         if set(row) != columns:
             missing, extra = sorted(columns - set(row)), sorted(set(row) - columns)

@@ -27,7 +27,7 @@ from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import informative_groups, kl_k1, masked_sum
 from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
-from minirlhf.tasks import Task, WeightedReward, call_reward, reward_name, with_reward
+from minirlhf.tasks import Task, WeightedReward, call_reward, draw_prompts, reward_name, with_reward
 from minirlhf.tasks.registry import resolve_task
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.common import (
@@ -223,7 +223,7 @@ def kl_to_reference(
     (k1 summed per sequence, averaged) over two completions each of one fixed draw of KL_EVAL_PROMPTS prompts of
     the task, sampled as in training (temperature, top-k/top-p, budget). The draw and the samples come from their
     own seeded streams: training's random streams are untouched, and every evaluation reads the same prompts."""
-    prompts, _ = prompt_columns(task.train_prompts(KL_EVAL_PROMPTS, random.Random(config.seed + 1)))
+    prompts, _ = prompt_columns(draw_prompts(task, KL_EVAL_PROMPTS, random.Random(config.seed + 1)))
     with eval_mode(model), runtime.autocast():
         rollout = sample(
             model, tokenizer, prompts, group_size=2,
@@ -288,7 +288,7 @@ def collect(
     """Sample and score this process's share of the step's prompts (all of them on a single process); groups stay
     whole. Sampling and p_ref run under the runtime's autocast."""
     runtime = runtime or Runtime(precision="fp32")
-    prompts, columns = prompt_columns(runtime.shard(task.train_prompts(config.prompts_per_step, rng)))
+    prompts, columns = prompt_columns(runtime.shard(draw_prompts(task, config.prompts_per_step, rng)))
     with runtime.autocast():
         rollout = sample(
             policy, tokenizer, prompts, group_size=config.group_size,
