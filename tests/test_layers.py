@@ -30,6 +30,7 @@ FLOORS = {
     "minirlhf.cuda_graphs": 0,
     "minirlhf.diagnostics": 0,
     "minirlhf.checks": 0,  # the argument checks (positive, interval, choice) the losses and the configs share
+    "minirlhf.paths": 0,  # absolute paths and the rule that no write reaches a read
     "minirlhf.errors": 0,  # UserError and the environment-flag reader: every floor raises and reads them
     "minirlhf.data": 1,
     "minirlhf.tasks": 2,
