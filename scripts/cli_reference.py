@@ -75,9 +75,9 @@ def reference() -> str:
     """The page: the introduction, the top-level help, then one section per command with its --help."""
     os.environ["COLUMNS"] = str(WIDTH)
     top = help_text(["--help"])
-    sections = [INTRO, "## `python -m minirlhf`\n\n```text\n" + top + "```\n"]
+    sections = [INTRO, "## python -m minirlhf\n\n```text\n" + top + "```\n"]
     for command in commands(top):
-        sections.append(f"## `python -m minirlhf {command}`\n\n```text\n" + help_text([command, "--help"]) + "```\n")
+        sections.append(f"## python -m minirlhf {command}\n\n```text\n" + help_text([command, "--help"]) + "```\n")
     return "\n".join(sections)
 
 
