@@ -37,8 +37,8 @@ model: $(STAMP)
 	$(PY) scripts/build_sft_model.py
 
 # The rendered course: every notebook executed once in quick mode into build/executed/ (outputs and widget state
-# kept) by the shared headless executor, then Sphinx + myst-nb render those copies into build/book/ without executing
-# anything. `make test` writes the same copies (tests/test_colab.py runs them in a simulated Colab), so after it only
+# kept) by the shared headless executor, then Sphinx + myst-nb render those copies and the pages of docs/ into
+# build/book/ without executing anything (book/conf.py copies index.md and docs/ in). `make test` writes the same copies (tests/test_colab.py runs them in a simulated Colab), so after it only
 # notebooks edited since are executed again.
 EXECUTED := build/executed
 EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(wildcard notebooks/*.ipynb))
@@ -46,8 +46,7 @@ EXECUTED_NOTEBOOKS := $(patsubst notebooks/%,$(EXECUTED)/%,$(wildcard notebooks/
 $(EXECUTED)/%.ipynb: notebooks/%.ipynb $(STAMP)
 	$(PY) -m minirlhf.course.headless $< --quick --out $(EXECUTED)
 
-book: $(EXECUTED_NOTEBOOKS) book/conf.py book/index.md
-	cp book/index.md $(EXECUTED)/index.md
+book: $(EXECUTED_NOTEBOOKS) book/conf.py book/index.md $(wildcard docs/*.md)
 	$(PY) -m sphinx -q -b html -c book $(EXECUTED) build/book
 	@echo "the course: build/book/index.html"
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -96,7 +95,6 @@ def colab_run(tmp_path_factory) -> dict[str, ColabRun]:
 def book_site(colab_run) -> Path:
     """build/book/, rendered by Sphinx from the simulated-Colab run's executed copies (the Makefile's `book` recipe);
     checked by tests/test_book.py and, in Chromium without a network, by tests/browser/test_book_offline.py."""
-    shutil.copy(ROOT / "book" / "index.md", EXECUTED / "index.md")
     rendered = subprocess.run([sys.executable, "-m", "sphinx", "-q", "-b", "html", "-c", str(ROOT / "book"),
                                str(EXECUTED), str(SITE)], cwd=ROOT, capture_output=True, text=True)
     assert rendered.returncode == 0, f"sphinx failed:\n{rendered.stdout}{rendered.stderr}"

@@ -1,5 +1,5 @@
 """Bad input, one case at a time: each is a clear error (or, for the truncation policy, a warning) that names the
-problem. The README's "Troubleshooting" table lists these messages; tests elsewhere cover bad reward functions
+problem. docs/door.md's "Error messages" table lists these messages; tests elsewhere cover bad reward functions
 (test_online), malformed preference files (test_preference), a CUDA device without CUDA (test_core), prompts
 longer than the context when sampling (test_core) and checkpoints of another model (test_checkpoint)."""
 

@@ -52,7 +52,7 @@ def test_pages_load_nothing_from_another_host(book_site):
     _static/vendor/): the book reads offline. Links to other sites (Colab, the repository) are fine: they are only
     followed when clicked."""
     loading_links = {"stylesheet", "preload", "modulepreload", "icon"}
-    for page in sorted(book_site.glob("*.html")):
+    for page in sorted([*book_site.glob("*.html"), *book_site.glob("docs/*.html")]):  # the notebooks, docs/
         urls = []
         for tag, attributes in re.findall(r"<(script|img|source|iframe|link)\b([^>]*)>", page.read_text("utf-8")):
             values = dict(re.findall(r'([\w-]+)="([^"]*)"', attributes))

@@ -1,4 +1,4 @@
-"""Every input is checked at the door (README, Troubleshooting: "What is checked at the door"): one generated
+"""Every input is checked at the door (docs/door.md, "What is checked at the door"): one generated
 (property or fuzz) test per boundary. Each draws bad values of its class, not only the examples of issue 27, and
 checks that they are refused before the first step with an error naming the file, line, field and value."""
 

@@ -1,5 +1,6 @@
-"""A run folder knows what it is (README, "Checkpoints and resuming"): each rule tested through the command line, in
-a subprocess, as a user would meet it. Tiny budgets: GRPO for 2 steps of 2 prompts x 2 completions of 4 tokens."""
+"""A run folder knows what it is (docs/checkpoints.md, "One folder, one run"): each rule tested through the command
+line, in a subprocess, as a user would meet it. Tiny budgets: GRPO for 2 steps of 2 prompts x 2 completions of 4
+tokens."""
 
 from __future__ import annotations
 
