@@ -55,8 +55,8 @@ GRPO_VARIANTS = ("grpo", "dapo", "dr-grpo", "gspo")  # recipes of minirlhf.train
 REINFORCE_VARIANTS = ("reinforce++", "reinforce++-baseline")  # baselines of the REINFORCE trainer
 VARIANTS = GRPO_VARIANTS + REINFORCE_VARIANTS
 DEFAULT_VARIANTS = ("grpo", "dapo", "dr-grpo", "gspo", "reinforce++")
-LABELS = {"grpo": "GRPO", "dapo": "DAPO", "dr-grpo": "Dr. GRPO", "gspo": "GSPO", "reinforce++": "REINFORCE++ adv., no clip",
-          "reinforce++-baseline": "REINFORCE++-baseline adv., no clip"}
+LABELS = {"grpo": "GRPO", "dapo": "DAPO", "dr-grpo": "Dr. GRPO", "gspo": "GSPO",
+          "reinforce++": "REINFORCE++ adv., no clip", "reinforce++-baseline": "REINFORCE++-baseline adv., no clip"}
 # the per-step history keys kept in the curves (those a trainer does not log are left out of its rows)
 STEP_KEYS = ("reward", "entropy", "response_length", "eos_rate", "zero_std_groups", "clip_frac", "clip_frac_low",
              "clip_frac_high", "groups_sampled", "groups_kept", "sampling_rounds", "kl_ref", "grad_norm")

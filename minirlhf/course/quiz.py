@@ -414,8 +414,8 @@ EXERCISES_LIST = [
              _leave_one_out_scale_steps,
              "The group mean contains R_i: mean = (R_i + (G - 1)·mean_-i) / G.\n"
              "So R_i - mean = (G·R_i - R_i - (G - 1)·mean_-i) / G = (G - 1)/G · (R_i - mean_-i).\n"
-             "c = ({G} - 1)/{G} = {answer:.4f}: GRPO's centred reward is RLOO's advantage shrunk by a constant, the same "
-             "for every answer and every group of that size."),
+             "c = ({G} - 1)/{G} = {answer:.4f}: GRPO's centred reward is RLOO's advantage shrunk by a constant, "
+             "the same for every answer and every group of that size."),
     Exercise("k3-gradient", "grpo",
              "p_θ = softmax(θ) with θ = {logits}, p_ref = {p_ref}. Component j = {j} of E_(y~p_θ)[∇_θ k3(y)], the "
              "samples held fixed (what the in-loss k3 term's gradient averages to).",
@@ -442,7 +442,8 @@ EXERCISES_LIST = [
              "d/dh = -β(1-ε) σ(-βh) + β ε σ(βh), using d/dx log σ(x) = σ(-x). Zero when ε σ(βh) = (1-ε) σ(-βh) = "
              "(1-ε)(1 - σ(βh)), i.e. σ(βh) = 1 - ε: the model's probability that y_w wins equals the share of "
              "labels that say so.\n"
-             "βh* = log((1-ε)/ε) = log {odds:.4g} = {log_odds:.4f}, so h* = {log_odds:.4f} / {beta:.4g} = {answer:.4f}."),
+             "βh* = log((1-ε)/ε) = log {odds:.4g} = {log_odds:.4f}, "
+             "so h* = {log_odds:.4f} / {beta:.4g} = {answer:.4f}."),
     Exercise("mcnemar-p", "showdown",
              "Two models on the same problems: A alone is right on b = {only_a}, B alone on c = {only_b}. The exact "
              "two-sided McNemar p-value.",
