@@ -1,12 +1,15 @@
-"""GRPO since R1: GRPO, DAPO, Dr. GRPO, GSPO and REINFORCE++ on arithmetic, several seeds each.
+"""GRPO since R1: GRPO, DAPO, Dr. GRPO, GSPO and REINFORCE++'s advantages on arithmetic, several seeds each.
 
 Every run starts from the same SFT checkpoint (the trainers' default `model`) and takes the same number of steps,
 each sampling `--prompts-per-step` prompts x G = 8 completions (DAPO's dynamic sampling samples more batches when
 groups are all-equal: it is charged for them in wall time and completions). The four GRPO variants are the paper
 recipes of `minirlhf.trainers.grpo.RECIPES` (what each sets is printed), all with the same batch shape: clipping
 only acts off-policy, so each batch is cut into minibatches of `--minibatch-size` (default 4 updates per batch).
-REINFORCE++ is the REINFORCE trainer's `baseline="reinforce++"` with its own defaults (β = 0.04, lr 2e-4): it has
-no ratio and no clip, so it takes one on-policy update per batch.
+The fifth run is the REINFORCE trainer's `baseline="reinforce++"` with its own defaults (β = 0.04, lr 2e-4):
+REINFORCE++'s advantages (returns-to-go of the k1-shaped per-token reward, normalised over the whole batch) with a
+plain on-policy policy-gradient step, one update per batch, no ratio and no clip. It is labelled so: the REINFORCE++
+paper (Hu, 2025, arXiv:2501.03262, section 3) and OpenRLHF keep PPO's clipped loss, epochs and minibatches and
+replace only the critic by these advantages.
 
 Measured per run: held-out greedy exact match every `--eval-every` steps (its cost timed and taken out of "train
 time"), and per step the policy's entropy, the response length, the share of all-equal (zero-std) groups, the
@@ -52,8 +55,8 @@ GRPO_VARIANTS = ("grpo", "dapo", "dr-grpo", "gspo")  # recipes of minirlhf.train
 REINFORCE_VARIANTS = ("reinforce++", "reinforce++-baseline")  # baselines of the REINFORCE trainer
 VARIANTS = GRPO_VARIANTS + REINFORCE_VARIANTS
 DEFAULT_VARIANTS = ("grpo", "dapo", "dr-grpo", "gspo", "reinforce++")
-LABELS = {"grpo": "GRPO", "dapo": "DAPO", "dr-grpo": "Dr. GRPO", "gspo": "GSPO", "reinforce++": "REINFORCE++",
-          "reinforce++-baseline": "REINFORCE++-baseline"}
+LABELS = {"grpo": "GRPO", "dapo": "DAPO", "dr-grpo": "Dr. GRPO", "gspo": "GSPO",
+          "reinforce++": "REINFORCE++ adv., no clip", "reinforce++-baseline": "REINFORCE++-baseline adv., no clip"}
 # the per-step history keys kept in the curves (those a trainer does not log are left out of its rows)
 STEP_KEYS = ("reward", "entropy", "response_length", "eos_rate", "zero_std_groups", "clip_frac", "clip_frac_low",
              "clip_frac_high", "groups_sampled", "groups_kept", "sampling_rounds", "kl_ref", "grad_norm")

@@ -59,3 +59,19 @@ def test_expected_best_of_n_matches_every_subset():
     assert bestofn.expected_best_of_n(proxy, gold, 1)[1] == pytest.approx(gold.mean().item())
     with pytest.raises(ValueError, match=r"n must lie in \[1, 7\] \(M, the samples per prompt\), got 8"):
         bestofn.expected_best_of_n(proxy, gold, 8)
+
+
+def test_distinct_rewards_do_not_make_the_formula_exact_one_likely_outcome_keeps_the_kl_below_it():
+    """Beirami et al. (2024): log N - (N-1)/N bounds the KL for every base policy, and distinct rewards are not
+    enough to reach it: a likely outcome keeps the KL well below."""
+    generator = torch.Generator().manual_seed(2)
+    for K in (2, 3, 5, 50):
+        for _ in range(20):
+            probs = torch.rand(K, generator=generator, dtype=torch.float64) + 1e-3
+            probs = probs / probs.sum()
+            rewards = torch.randperm(K, generator=generator).double()
+            for n in (2, 4, 16):
+                assert bestofn.kl(bestofn.best_of_n_probs(probs, rewards, n), probs) <= bestofn.kl_bound(n) + 1e-12
+    likely = torch.tensor([0.02, 0.03, 0.05, 0.9], dtype=torch.float64)  # distinct rewards, the best one likely
+    assert bestofn.kl(bestofn.best_of_n_probs(likely, torch.arange(4.0, dtype=torch.float64), 16), likely) < (
+        0.2 * bestofn.kl_bound(16))

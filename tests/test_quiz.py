@@ -170,7 +170,8 @@ def test_every_exercise_solves_and_describes_itself():
         assert math.isfinite(value)
         assert quiz.check_number(exercise_id, value)
         assert "{" not in quiz.describe(exercise_id)
-    assert quiz.list_exercises("grpo") == ["grpo-advantage", "kl-k3"]
+    assert quiz.list_exercises("grpo") == ["grpo-advantage", "kl-k3", "leave-one-out-scale", "k3-gradient",
+                                           "seq-mean-token-weight"]
 
 
 def test_exercise_rejects_unknown_parameters():
@@ -279,6 +280,13 @@ WORKED_CASES = {
     "dpo-margin": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0}],
     "dpo-loss": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0},
                  {"beta": 1.0, "chosen_logratio": -40.0, "rejected_logratio": 0.0}],
+    "leave-one-out-scale": [{"G": 2}, {"G": 3}, {"G": 16}],
+    "k3-gradient": [{"j": 2}, {"logits": (0.0, 0.0), "p_ref": (0.5, 0.5), "j": 1},
+                    {"logits": (3.0, -2.0, 0.5, 0.0), "p_ref": (0.1, 0.6, 0.2, 0.1), "j": 1}],
+    "seq-mean-token-weight": [{"advantage": -2.0}, {"length": 1, "B": 1}, {"advantage": 0.7, "length": 32, "B": 16}],
+    "label-smoothing-optimum": [{"eps": 0.5}, {"beta": 0.1, "eps": 0.01}, {"beta": 2.0, "eps": 0.3}],
+    "mcnemar-p": [{"only_a": 0, "only_b": 0}, {"only_a": 5, "only_b": 5}, {"only_a": 0, "only_b": 9},
+                  {"only_a": 40, "only_b": 21}],
 }
 
 

@@ -2,11 +2,14 @@
 
 Draw N answers from p, keep the one with the highest reward. The policy this defines, p_N, moves away from p by
 
-    KL(p_N || p) = log N - (N - 1) / N                   (Stiennon et al., 2020; Gao, Schulman and Hilton, 2023)
+    KL(p_N || p) <= log N - (N - 1) / N                  (Stiennon et al., 2020; Beirami et al., 2024)
 
-when rewards never tie. `best_of_n_probs` gives p_N exactly for a categorical p (the chance that outcome k is the
-best of N draws is F(k)^N - F(k-1)^N, F the cumulative probability in reward order), so the formula can be checked
-on a toy: it is exact in the limit of many outcomes, and an upper bound otherwise (Beirami et al., 2024).
+for every base policy p. The right-hand side, long quoted as the KL itself, is an upper bound (Beirami et al.,
+arXiv:2401.01879): it is reached only in the limit where no single outcome keeps a non-negligible probability (many
+outcomes, each unlikely), and it overstates the KL wherever some answer is likely, distinct rewards or not.
+`best_of_n_probs` gives p_N exactly for a categorical p (the chance that outcome k is the best of N draws is
+F(k)^N - F(k-1)^N, F the cumulative probability in reward order), so the bound and the exact KL can be compared on
+a toy.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from minirlhf.checks import check_count, check_interval
 
 
 def kl_bound(n: int) -> float:
-    """log N - (N - 1)/N: the KL of best-of-N from its base policy when rewards never tie."""
+    """log N - (N - 1)/N: an upper bound on the KL of best-of-N from any base policy, reached only when no single
+    outcome keeps a non-negligible probability (Beirami et al., 2024)."""
     check_count("n", n)
     return math.log(n) - (n - 1) / n
 

@@ -28,8 +28,8 @@ import ipywidgets as W
 import torch
 
 from minirlhf import losses
-from minirlhf.checks import check_interval
-from minirlhf.course import toy
+from minirlhf.checks import check_count, check_interval
+from minirlhf.course import stats, toy
 
 TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "grpo-since-r1",
           "capstone")
@@ -147,6 +147,67 @@ def _gae_advantage(gamma: float, lam: float, t: int) -> float:
     return float(advantages[t])
 
 
+def _leave_one_out_scale(G: int) -> float:
+    """c in R_i - mean = c (R_i - mean of the others), measured: the library's centred rewards (GRPO, scale "none")
+    over RLOO's advantages on seeded random rewards, averaged over the group."""
+    check_count("G", G, minimum=2, why="a group needs two answers to leave one out")
+    rewards = torch.randn(G, generator=torch.Generator().manual_seed(G), dtype=torch.float64)
+    centred = losses.grpo_advantages(rewards, G, scale="none")
+    return float((centred / losses.rloo_advantages(rewards, G)).mean())
+
+
+def _k3_gradient(logits: Sequence[float], p_ref: Sequence[float], j: int) -> float:
+    """Component j of E_{y~p_θ}[∇_θ k3(y)] (the samples held fixed), p_θ = softmax(logits), by autograd through
+    the exact sum over outcomes (toy.kl_gradients)."""
+    return float(toy.kl_gradients(logits, p_ref).in_loss_k3[j])
+
+
+def _label_smoothing_optimum(beta: float, eps: float) -> float:
+    """The log-ratio margin h that minimises losses.dpo_loss with label_smoothing=eps: the zero of its derivative,
+    found by bisection (the loss is convex in h)."""
+    check_interval("eps", eps, 0.0, 0.5, low_included=False, why="the share of flipped labels; 0 has no finite optimum")
+    zero = torch.zeros(1, dtype=torch.float64)
+
+    def slope(h: float) -> float:
+        x = torch.tensor([h], dtype=torch.float64, requires_grad=True)
+        loss, _, _ = losses.dpo_loss(x, zero, zero, zero, beta, label_smoothing=eps)
+        (grad,) = torch.autograd.grad(loss.sum(), x)
+        return float(grad)
+
+    low, high = -200.0 / beta, 200.0 / beta
+    for _ in range(200):
+        middle = (low + high) / 2
+        low, high = (middle, high) if slope(middle) < 0 else (low, middle)
+    return (low + high) / 2
+
+
+def _seq_mean_token_weight(advantage: float, length: int, B: int) -> float:
+    """∂L/∂log p_θ(y_i,t) of GRPO's seq-mean loss at θ = θ_old, β = 0, for a token of answer i (|y_i| = length)
+    in a batch of B answers: autograd through losses.grpo_loss."""
+    check_count("length", length)
+    check_count("B", B)
+    T = length + 1  # one padding column, so that the mask matters
+    mask = torch.zeros(B, T, dtype=torch.float64)
+    mask[0, :length] = 1.0
+    mask[1:, 0] = 1.0  # the other answers: one token each, advantage 0
+    advantages = torch.zeros(B, dtype=torch.float64)
+    advantages[0] = advantage
+    old = torch.full((B, T), -1.0, dtype=torch.float64)
+    grad = toy.grad_wrt_logp(lambda lp: losses.grpo_loss(lp, old, None, advantages, mask, eps=0.2, beta=0.0,
+                                                         aggregation="seq-mean")[0], old)
+    return float(grad[0, 0])
+
+
+def _mcnemar_p(only_a: int, only_b: int) -> float:
+    """stats.paired's exact two-sided p-value for two models, one right alone on only_a problems, the other on
+    only_b (they agree on the rest)."""
+    check_count("only_a", only_a, minimum=0)
+    check_count("only_b", only_b, minimum=0)
+    correct_a = [1] * only_a + [0] * only_b + [1]  # one problem both solve: the agreements do not matter
+    correct_b = [0] * only_a + [1] * only_b + [1]
+    return stats.paired(correct_a, correct_b).p_value
+
+
 # Worked solutions. Each `steps` function redoes an exercise by hand, with plain floats and the math module (it
 # reads the toy data, but calls no torch or minirlhf function), and returns the numbers its `worked` text quotes,
 # the result under "answer"; tests/test_quiz.py checks that "answer" equals the library's value for many parameters.
@@ -232,6 +293,37 @@ def _dpo_loss_steps(beta: float, chosen_logratio: float, rejected_logratio: floa
     return {**margin_steps, "margin": margin, "answer": loss}
 
 
+def _leave_one_out_scale_steps(G: int) -> dict:
+    # mean = (R_i + (G - 1) mean_-i) / G, so R_i - mean = (G - 1)/G · (R_i - mean_-i)
+    return {"answer": (G - 1) / G}
+
+
+def _k3_gradient_steps(logits: Sequence[float], p_ref: Sequence[float], j: int) -> dict:
+    # E[∇k3] = ∇KL(p_ref ‖ p_θ) = -Σ_y p_ref(y) ∇log p_θ(y); for a softmax, ∂ log p_θ(y)/∂θ_j = 1[y = j] - p_θ(j)
+    top = max(logits)
+    weights = [math.exp(x - top) for x in logits]
+    p = [w / sum(weights) for w in weights]
+    return {"p": _numbers(p), "p_j": p[j], "p_ref_j": p_ref[j], "answer": p[j] - p_ref[j]}
+
+
+def _label_smoothing_optimum_steps(beta: float, eps: float) -> dict:
+    # d/dh [-(1-ε) log σ(βh) - ε log σ(-βh)] = -β(1-ε) σ(-βh) + β ε σ(βh) = 0  <=>  σ(βh) = 1 - ε
+    odds = (1 - eps) / eps
+    return {"odds": odds, "log_odds": math.log(odds), "answer": math.log(odds) / beta}
+
+
+def _seq_mean_token_weight_steps(advantage: float, length: int, B: int) -> dict:
+    # L = -(1/B) Σ_i (1/|y_i|) Σ_t Â_i log p_θ(y_i,t)  at r = 1, β = 0
+    return {"denominator": B * length, "answer": -advantage / (B * length)}
+
+
+def _mcnemar_p_steps(only_a: int, only_b: int) -> dict:
+    # under H0 each of the n = b + c disagreements goes either way with probability 1/2
+    n, low = only_a + only_b, min(only_a, only_b)
+    tail = sum(math.comb(n, k) for k in range(low + 1)) / 2**n
+    return {"n": n, "low": low, "tail": tail, "answer": min(1.0, 2 * tail)}
+
+
 @dataclass(frozen=True)
 class Exercise:
     id: str
@@ -315,6 +407,53 @@ EXERCISES_LIST = [
              "= {margin:.4f}.\n"
              "Loss: -log σ(margin) = log(1 + e^(-margin)) = {answer:.4f} "
              "(log 2 = 0.6931 at margin 0, falling towards 0 as the margin grows)."),
+    Exercise("leave-one-out-scale", "grpo",
+             "For every group of G = {G} rewards, R_i - mean(all G) = c · (R_i - mean of the other G - 1), RLOO's "
+             "advantage. Derive c.",
+             _leave_one_out_scale, {"G": 8},
+             _leave_one_out_scale_steps,
+             "The group mean contains R_i: mean = (R_i + (G - 1)·mean_-i) / G.\n"
+             "So R_i - mean = (G·R_i - R_i - (G - 1)·mean_-i) / G = (G - 1)/G · (R_i - mean_-i).\n"
+             "c = ({G} - 1)/{G} = {answer:.4f}: GRPO's centred reward is RLOO's advantage shrunk by a constant, "
+             "the same for every answer and every group of that size."),
+    Exercise("k3-gradient", "grpo",
+             "p_θ = softmax(θ) with θ = {logits}, p_ref = {p_ref}. Component j = {j} of E_(y~p_θ)[∇_θ k3(y)], the "
+             "samples held fixed (what the in-loss k3 term's gradient averages to).",
+             _k3_gradient, {"logits": (1.0, 0.0, -1.0), "p_ref": (0.2, 0.3, 0.5), "j": 0},
+             _k3_gradient_steps,
+             "∇k3 = (1 - p_ref/p_θ) ∇log p_θ, so E_p_θ[∇k3] = Σ_y p_θ ∇log p_θ - Σ_y p_ref ∇log p_θ. The first sum "
+             "is ∇Σ_y p_θ = 0; the second is -∇KL(p_ref ‖ p_θ): the gradient follows the FORWARD KL.\n"
+             "For a softmax ∂log p_θ(y)/∂θ_j = 1[y = j] - p_θ(j), so -Σ_y p_ref(y) (1[y = j] - p_θ(j)) = "
+             "p_θ(j) - p_ref(j).\n"
+             "p_θ = {p}; component {j}: {p_j:.4f} - {p_ref_j:.4g} = {answer:.4f}."),
+    Exercise("seq-mean-token-weight", "grpo",
+             "GRPO's seq-mean loss at θ = θ_old, β = 0, batch of B = {B} answers: ∂L/∂log p_θ(y_i,t) for a token of "
+             "an answer with Â_i = {advantage} and |y_i| = {length} tokens.",
+             _seq_mean_token_weight, {"advantage": 1.5, "length": 3, "B": 4},
+             _seq_mean_token_weight_steps,
+             "At r = 1 and β = 0, L = -(1/B) Σ_i (1/|y_i|) Σ_t Â_i log p_θ(y_i,t): the token appears once, "
+             "with coefficient -Â_i / (B·|y_i|).\n"
+             "-({advantage:.4g}) / ({B} · {length}) = -({advantage:.4g}) / {denominator} = {answer:.4f}."),
+    Exercise("label-smoothing-optimum", "dpo",
+             "The log-ratio margin h* that minimises -(1-ε) log σ(βh) - ε log σ(-βh) (label smoothing) at "
+             "β = {beta}, ε = {eps}.",
+             _label_smoothing_optimum, {"beta": 0.5, "eps": 0.1},
+             _label_smoothing_optimum_steps,
+             "d/dh = -β(1-ε) σ(-βh) + β ε σ(βh), using d/dx log σ(x) = σ(-x). Zero when ε σ(βh) = (1-ε) σ(-βh) = "
+             "(1-ε)(1 - σ(βh)), i.e. σ(βh) = 1 - ε: the model's probability that y_w wins equals the share of "
+             "labels that say so.\n"
+             "βh* = log((1-ε)/ε) = log {odds:.4g} = {log_odds:.4f}, "
+             "so h* = {log_odds:.4f} / {beta:.4g} = {answer:.4f}."),
+    Exercise("mcnemar-p", "showdown",
+             "Two models on the same problems: A alone is right on b = {only_a}, B alone on c = {only_b}. The exact "
+             "two-sided McNemar p-value.",
+             _mcnemar_p, {"only_a": 12, "only_b": 4},
+             _mcnemar_p_steps,
+             "If the two were equally good, each of the n = b + c = {n} disagreements would go either way with "
+             "probability 1/2, so the smaller count is Binomial({n}, 1/2).\n"
+             "P(count ≤ {low}) = Σ_(k ≤ {low}) C({n}, k) / 2^{n} = {tail:.4f}; two-sided, doubled (at most 1): "
+             "p = {answer:.4f}. The problems both got right or both got wrong say nothing about which is better.",
+             tol=1e-3),
 ]
 EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}
 
