@@ -20,12 +20,12 @@ from minirlhf.distributed import Runtime, is_main_process, launched_processes, s
 from minirlhf.errors import UserError
 from minirlhf.losses import AGGREGATIONS, aggregate
 from minirlhf.models import hub_reachable
-from minirlhf.trainers.checkpoint import Checkpointer, release_run_folder
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.kto import train_kto
 from minirlhf.trainers.preference import next_rows, preference_loss
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
+from minirlhf.trainers.run.checkpoint import Checkpointer, release_run_folder
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
 
