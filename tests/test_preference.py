@@ -427,7 +427,7 @@ def test_the_pair_methods_share_the_preference_config(name):
     assert shared <= {f.name for f in dataclasses.fields(config)}
     if name != "RewardModelConfig":
         assert issubclass(config, implicit)
-        assert {"beta", "precompute_ref", "eval_prompts", "max_new_tokens"} <= {f.name for f in dataclasses.fields(config)}
+        assert {"beta", "precompute_ref", "eval_prompts", "max_new_tokens"} <= set(config.__dataclass_fields__)
     else:
         assert not hasattr(config, "beta")  # no policy, no p_ref: no β
     own = config.__dict__.get("__annotations__", {})
