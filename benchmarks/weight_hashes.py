@@ -1,8 +1,8 @@
-"""The nine-run training harness: a refactor that claims "behaviour unchanged" must leave these hashes unchanged.
+"""The ten-run training harness: a refactor that claims "behaviour unchanged" must leave these hashes unchanged.
 
-Nine short runs (3 steps each, the tiny model, CPU, seed 0, one thread), one SHA-256 of the final weights each:
+Ten short runs (3 steps each, the tiny model, CPU, seed 0, one thread), one SHA-256 of the final weights each:
 SFT, REINFORCE with the EMA baseline, RLOO, GRPO β=0 with minibatches and 2 epochs, GRPO β=0.04 seq-mean, PPO,
-the reward model, DPO with a live p_ref, DPO with precomputed p_ref. Run it on two commits and compare:
+the reward model, DPO with a live p_ref, DPO with precomputed p_ref, KTO. Run it on two commits and compare:
 
     python benchmarks/weight_hashes.py            # one line per run: name, hash
 """
@@ -16,6 +16,7 @@ import torch
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+from minirlhf.trainers.kto import KTOConfig, train_kto
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
 from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
@@ -44,6 +45,7 @@ def runs():
     yield "reward-model", lambda: train_reward_model("sentiment", RewardModelConfig(**QUIET, batch_size=8))
     yield "dpo-live-ref", lambda: train_dpo("sentiment", DPOConfig(**QUIET, batch_size=8))
     yield "dpo-precomputed-ref", lambda: train_dpo("sentiment", DPOConfig(**QUIET, batch_size=8, precompute_ref=True))
+    yield "kto", lambda: train_kto("sentiment", KTOConfig(**QUIET, batch_size=8))
 
 
 def main() -> None:

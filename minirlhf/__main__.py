@@ -9,6 +9,7 @@
     python -m minirlhf grpo --prompts my_prompts.jsonl --reward my_rewards.py:exact   # your prompts and reward
     python -m minirlhf reward-model --out-dir runs/rm
     python -m minirlhf dpo --beta 0.5 --loss-type ipo --pairs my_pairs.jsonl
+    python -m minirlhf kto --beta 0.5         # unpaired thumbs-up / thumbs-down (also: dpo --loss-type kto)
     python -m minirlhf grpo --recipe dapo --epochs 2  # a paper's recipe (grpo, dapo, dr-grpo, gspo); flags win
     python -m minirlhf grpo --preset t4 --steps 100   # real GPT-2 sizes for a Colab T4 (minirlhf.presets)
     accelerate launch --num_processes 2 -m minirlhf dpo --preset t4   # data parallel over 2 GPUs
@@ -33,7 +34,7 @@ from minirlhf.presets import PRESETS, preset
 
 # command -> (module of minirlhf.trainers, config class, train function, what the command learns from); imported when
 # the command runs, so that `--help` stays fast. Online methods and SFT read config.task / config.prompts (--task,
-# --prompts, --reward: fields of their config); the reward model and DPO read --pairs.
+# --prompts, --reward: fields of their config); the reward model, DPO and KTO read --pairs.
 TRAINERS = {
     "sft": ("sft", "SFTConfig", "train_sft", "resolve_sft_data"),
     "reinforce": ("reinforce", "ReinforceConfig", "train_reinforce", "resolve_task"),
@@ -41,7 +42,8 @@ TRAINERS = {
     "grpo": ("grpo", "GRPOConfig", "train_grpo", "resolve_task"),
     "ppo": ("ppo", "PPOConfig", "train_ppo", "resolve_task"),
     "reward-model": ("reward_model", "RewardModelConfig", "train_reward_model", None),
-    "dpo": ("dpo", "DPOConfig", "train_dpo", None),  # --loss-type kto: trainers.kto.train_kto
+    "dpo": ("dpo", "DPOConfig", "train_dpo", None),  # --loss-type kto: the kto command's trainer
+    "kto": ("kto", "KTOConfig", "train_kto", None),
 }
 
 
@@ -51,7 +53,7 @@ def _trainer(command: str, loss_type: str | None = None) -> tuple[type, Callable
 
     module, config_name, train_name, data_name = TRAINERS[command]
     config_cls = getattr(importlib.import_module(f"minirlhf.trainers.{module}"), config_name)
-    if loss_type == "kto":  # the DPO family's member that learns from unpaired examples has its own loop
+    if loss_type == "kto":  # `dpo --loss-type kto`, the older spelling of the kto command (`kto.kto_config`)
         module, train_name = "kto", "train_kto"
     train = getattr(importlib.import_module(f"minirlhf.trainers.{module}"), train_name)
     return config_cls, train, getattr(registry, data_name) if data_name else None
@@ -172,8 +174,6 @@ def _main(argv: list[str]) -> None:
     if defaults:
         parser.set_defaults(**defaults)
         args = parser.parse_args(rest)
-    from minirlhf.trainers.common import require_same_task
-
     given = given_fields(parser, rest)
     config = config_from_args(config_cls, args, given)
     if config.resume is not None and defaults:
@@ -181,7 +181,6 @@ def _main(argv: list[str]) -> None:
                                                                    ("recipe", getattr(args, "recipe", None))) if value)
         _refuse_other_settings(config, defaults, given, named)
     _, train, resolve_data = _trainer(command, getattr(config, "loss_type", None))
-    require_same_task(config)  # a resume continues on its run's task
     data = resolve_data(config) if resolve_data else None  # what train(None, config) would build, checked here
     history = train(data, config)[2]
     from minirlhf.distributed import is_main_process

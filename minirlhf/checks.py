@@ -16,7 +16,7 @@ top_k must be an integer >= 0 (0 = off), got -1.
 A number here is a real number that is not a bool (True is an int in Python, not a β), and a bound is finite: an
 inf or NaN hyperparameter would reach every loss and every gradient. A count is an int (a group of 2.5 answers is no
 group). The losses, the sampler, the tasks and the course call these on their arguments; the configs call them on
-their fields (`trainers.common.require_positive`, ...), named as GRPOConfig.beta.
+their fields (`trainers.config.require_positive`, ...), named as GRPOConfig.beta.
 """
 
 from __future__ import annotations

@@ -125,8 +125,8 @@ def config_from_args(config_cls: type, args: argparse.Namespace, given: set[str]
     the starting point and only the flags in `given` change it (e.g. `--steps 400` to train longer); its out_dir
     is the folder of the checkpoint resumed from, wherever that folder is now. A data file (`--prompts p.jsonl`,
     `--reward r.py:f`) is recorded by its absolute path, so a resume from another working directory finds it."""
-    from minirlhf.trainers.checkpoint import saved_config
-    from minirlhf.trainers.manifest import absolute_data_paths
+    from minirlhf.trainers.run.checkpoint import saved_config
+    from minirlhf.trainers.run.manifest import absolute_data_paths
 
     names = {f.name for f in dataclasses.fields(config_cls)}
     values = {k: v for k, v in vars(args).items() if k in names}

@@ -218,7 +218,7 @@ def load_preference_pairs(
 
 # The one shape of every held-out evaluation (a Task's, an SFTData's, a PreferenceData's):
 #     evaluate(model, tokenizer, **settings) -> {metric: value}
-# The trainers call it through `trainers.common.held_out_metrics` (eval mode, keys logged as eval/<metric>); the
+# The trainers call it through `trainers.run.held_out_metrics` (eval mode, keys logged as eval/<metric>); the
 # settings are what a trainer's config says about evaluating (DPO: ref_model=, n_prompts=, samples_per_prompt=,
 # seed=, max_new_tokens=; the online trainers and SFT: none).
 Evaluation = Callable[..., dict[str, float]]

@@ -60,11 +60,11 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def preset(name: str, method: str) -> dict[str, Any]:
-    """The config fields of preset `name` for `method` ("sft", "reward-model", "dpo", "reinforce"/"rloo", "grpo",
-    "ppo"), to pass as keywords to that method's config class."""
+    """The config fields of preset `name` for `method` ("sft", "reward-model", "dpo"/"kto", "reinforce"/"rloo",
+    "grpo", "ppo"), to pass as keywords to that method's config class."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(PRESETS)}")
-    method = "reinforce" if method == "rloo" else method
+    method = {"rloo": "reinforce", "kto": "dpo"}.get(method, method)  # the same shapes
     if method not in PRESETS[name]:
         raise ValueError(f"preset {name!r} has no settings for {method!r}; it has {sorted(PRESETS[name])}")
     return dict(PRESETS[name][method])

@@ -1,4 +1,4 @@
-"""How long each trainer is, as issue 26 counts it: the code lines of `train_x` in minirlhf/trainers/<x>.py.
+"""How long each trainer is: the code lines of `train_x` in minirlhf/trainers/<x>.py.
 
     python scripts/trainer_lengths.py            # this checkout
     python scripts/trainer_lengths.py OTHER_DIR  # another checkout (e.g. a `git worktree` of an older commit)

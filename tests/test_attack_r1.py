@@ -162,7 +162,7 @@ white = st.text(alphabet=" \t\r\u00a0\u2003\u3000\x0b\x0c", min_size=1, max_size
 
 def _load(kind: str, path):
     from minirlhf.data import load_preference_pairs
-    from minirlhf.tasks.user import load_prompt_rows
+    from minirlhf.tasks.custom import load_prompt_rows
 
     return load_prompt_rows(path) if kind == "prompts" else load_preference_pairs(path)
 
@@ -208,7 +208,7 @@ def test_a_key_written_twice_in_a_row_is_refused_naming_file_line_and_key(tmp_pa
 @given(st.sampled_from(["prompts", "sft", "pairs"]), st.integers(0, 2), white, st.data())
 def test_a_text_field_of_white_space_only_is_refused_naming_file_line_and_field(tmp_path, kind, line, blank, data):
     """Found: a prompts file row {"prompt": "  "} was accepted (pairs already refused one)."""
-    from minirlhf.tasks.user import load_prompt_rows
+    from minirlhf.tasks.custom import load_prompt_rows
 
     row = {**ROWS["prompts"], "completion": "2"} if kind == "sft" else ROWS[kind]
     field = data.draw(st.sampled_from({"prompts": ["prompt"], "sft": ["prompt", "completion"],
@@ -234,7 +234,7 @@ def test_a_hub_dataset_is_recorded_in_run_json_as_checked_by_name_only(tmp_path,
     """Found: `--prompts owner/name` (a hub dataset) left run.json without a word on its content: no fingerprint, and
     nothing saying that a resume cannot check it. Now run.json's `by_name_only` names it and says what is unchecked;
     a local file keeps its sha256 fingerprint, and a shipped name is neither."""
-    from minirlhf.trainers.manifest import new_manifest
+    from minirlhf.trainers.run.manifest import new_manifest
 
     (tmp_path / "local.jsonl").write_text(json.dumps(ROWS["pairs"]) + "\n")
     (tmp_path / "local-folder").mkdir(exist_ok=True)

@@ -19,14 +19,14 @@ from safetensors.torch import load_file
 
 from minirlhf.data import load_preference_pairs
 from minirlhf.tasks import Task, arithmetic
-from minirlhf.trainers.checkpoint import Checkpointer, find_checkpoint, list_checkpoints, release_run_folder
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.kto import train_kto
-from minirlhf.trainers.manifest import read_manifest
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
 from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
+from minirlhf.trainers.run.checkpoint import Checkpointer, find_checkpoint, list_checkpoints, release_run_folder
+from minirlhf.trainers.run.manifest import read_manifest
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,10 +20,10 @@ from minirlhf.course.headless import _out_clash, _positive_seconds
 from minirlhf.data import check_example_lengths, check_prompt_room, load_preference_pairs
 from minirlhf.errors import CheckpointDamaged, UserError, env_flag, is_user_error
 from minirlhf.tasks import call_reward
-from minirlhf.tasks.user import load_prompt_rows
-from minirlhf.trainers.checkpoint import STATE_FILE, TRAINER_STATE_FILE, Checkpointer, list_checkpoints
+from minirlhf.tasks.custom import load_prompt_rows
 from minirlhf.trainers.grpo import GRPOConfig
-from minirlhf.trainers.manifest import MANIFEST_FILE, read_manifest, write_manifest
+from minirlhf.trainers.run.checkpoint import STATE_FILE, TRAINER_STATE_FILE, Checkpointer, list_checkpoints
+from minirlhf.trainers.run.manifest import MANIFEST_FILE, read_manifest, write_manifest
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -185,7 +185,7 @@ def _checkpointer(out: Path, **overrides) -> Checkpointer:
 
 
 def _resume_copy(checkpoint: Path, damage) -> None:
-    from minirlhf.trainers.checkpoint import release_run_folder
+    from minirlhf.trainers.run.checkpoint import release_run_folder
     with tempfile.TemporaryDirectory() as folder:
         import shutil
         run = Path(folder) / "run"

@@ -23,12 +23,12 @@ from minirlhf.precision import resolve_precision
 from minirlhf.presets import PRESETS, preset
 from minirlhf.sampling import sample
 from minirlhf.tasks import arithmetic
-from minirlhf.trainers.common import make_optimizer
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
 from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
+from minirlhf.trainers.run import make_optimizer
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
 ROOT = Path(__file__).resolve().parent.parent

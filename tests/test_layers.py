@@ -2,6 +2,10 @@
 
     core  <  data  <  tasks  <  trainers  <  the command line          course reads up to tasks, and nothing reads it
 
+and inside the trainers, three levels over the run's plumbing:
+
+    run/ (the run, history, checkpoints, manifest, guard)  <  config  <  the wings (online, preference)  <  methods
+
 A module may import its own floor or a lower one, never a higher one, and no chain of imports may come back to
 where it started. Imports inside functions count (a lazy import is still a dependency), read with the import
 reader of tests/test_architecture.py. A failure names both files and the line of the import.
@@ -132,6 +136,67 @@ def package_sources() -> dict[str, tuple[str, str]]:
     return {module_name(p): (str(p.relative_to(ROOT)), p.read_text(encoding="utf-8")) for p in PACKAGE.rglob("*.py")}
 
 
+# inside minirlhf.trainers: module (or package prefix) -> level. A method module (every other one) is the top level.
+TRAINER_LEVELS = {"minirlhf.trainers.run": 0, "minirlhf.trainers.config": 1, "minirlhf.trainers.online": 2,
+                  "minirlhf.trainers.preference": 2}
+TRAINER_LEVEL_NAMES = ["the run", "the config base", "a wing", "a method"]
+METHOD = 3
+
+
+def trainer_level(module: str) -> int:
+    """The level of a module of minirlhf.trainers: its own entry, else its package's, else a method's."""
+    parts = module.split(".")
+    for end in range(len(parts), 2, -1):
+        if ".".join(parts[:end]) in TRAINER_LEVELS:
+            return TRAINER_LEVELS[".".join(parts[:end])]
+    return METHOD
+
+
+def sideways_or_upward_trainer_imports(sources: dict[str, tuple[str, str]]) -> list[str]:
+    """Every import inside minirlhf.trainers that does not point to a lower level: a method importing another method,
+    a wing importing the other wing, anything importing a level above. The run/ package's modules read each other."""
+    found = []
+    for module, target, line in import_edges(sources):
+        if not (module.startswith("minirlhf.trainers.") and target.startswith("minirlhf.trainers.")):
+            continue
+        here, there = trainer_level(module), trainer_level(target)
+        if there < here or (here == there == 0):
+            continue
+        found.append(f"{sources[module][0]}:{line} imports {sources[target][0]} ({TRAINER_LEVEL_NAMES[here]} may "
+                     f"import only lower levels, not {TRAINER_LEVEL_NAMES[there]})")
+    return found
+
+
+def test_trainers_import_only_lower_levels():
+    """A method imports neither another method nor anything above it; a wing neither the other wing nor a method;
+    the run's plumbing no wing, no method and not the config base."""
+    assert sideways_or_upward_trainer_imports(package_sources()) == []
+
+
+@pytest.mark.parametrize("importer, source, message", [
+    ("minirlhf.trainers.dpo", "from minirlhf.trainers.kto import KTOConfig\n",
+     "minirlhf/trainers/dpo.py:1 imports minirlhf/trainers/kto.py (a method may import only lower levels, not a "
+     "method)"),
+    ("minirlhf.trainers.online", "\nfrom minirlhf.trainers.preference import DPOConfig\n",
+     "minirlhf/trainers/online.py:2 imports minirlhf/trainers/preference.py (a wing may import only lower levels, "
+     "not a wing)"),
+    ("minirlhf.trainers.run.history", "from minirlhf.trainers.online import OnlineConfig\n",
+     "minirlhf/trainers/run/history.py:1 imports minirlhf/trainers/online.py (the run may import only lower "
+     "levels, not a wing)"),
+    ("minirlhf.trainers.run.checkpoint", "from minirlhf.trainers.grpo import GRPOConfig\n",
+     "minirlhf/trainers/run/checkpoint.py:1 imports minirlhf/trainers/grpo.py (the run may import only lower "
+     "levels, not a method)"),
+])
+def test_a_trainer_import_across_or_up_the_levels_fails_naming_it(importer, source, message):
+    sources = _fake(minirlhf__trainers__dpo="", minirlhf__trainers__kto="", minirlhf__trainers__grpo="",
+                    minirlhf__trainers__online="", minirlhf__trainers__preference="",
+                    minirlhf__trainers__run__history="from minirlhf.trainers.run.checkpoint import x\n",
+                    minirlhf__trainers__run__checkpoint="")
+    assert sideways_or_upward_trainer_imports(sources) == []  # inside run/ is fine
+    sources[importer] = (sources[importer][0], source)
+    assert sideways_or_upward_trainer_imports(sources) == [message]
+
+
 def test_every_module_has_a_floor():
     for module in package_sources():
         floor_of(module)  # raises for a module missing from FLOORS
@@ -164,16 +229,16 @@ LOWER = {"minirlhf.losses": "import torch\n", "minirlhf.data": "from minirlhf.lo
 @pytest.mark.parametrize("importer, source, message", [
     ("minirlhf.data", "\n\nfrom minirlhf.tasks.sentiment import MAX_NEW_TOKENS\n",
      "minirlhf/data.py:3 imports minirlhf/tasks/sentiment.py (data may not import tasks)"),
-    ("minirlhf.tasks.user", "def f():\n    from ..trainers.common import call_reward\n",
-     "minirlhf/tasks/user.py:2 imports minirlhf/trainers/common.py (tasks may not import trainers)"),
+    ("minirlhf.tasks.custom", "def f():\n    from ..trainers.config import choice\n",
+     "minirlhf/tasks/custom.py:2 imports minirlhf/trainers/config.py (tasks may not import trainers)"),
     ("minirlhf.losses", "import importlib\nimportlib.import_module('minirlhf.course.toy')\n",
      "minirlhf/losses.py:2 imports minirlhf/course/toy.py (core may not import course)"),
-    ("minirlhf.course.toy", "from minirlhf.trainers import common\n",
-     "minirlhf/course/toy.py:1 imports minirlhf/trainers/common.py (course may not import trainers)"),
+    ("minirlhf.course.toy", "from minirlhf.trainers import config\n",
+     "minirlhf/course/toy.py:1 imports minirlhf/trainers/config.py (course may not import trainers)"),
 ])
 def test_an_upward_import_fails_naming_both_files_and_the_line(importer, source, message):
     sources = {**_fake(**{m.replace(".", "__"): t for m, t in LOWER.items()}),
-               **_fake(minirlhf__tasks__sentiment="", minirlhf__tasks__user="", minirlhf__trainers__common="",
+               **_fake(minirlhf__tasks__sentiment="", minirlhf__tasks__custom="", minirlhf__trainers__config="",
                        minirlhf__course__toy="")}
     sources[importer] = (sources[importer][0], source)
     assert upward_imports(sources) == [message]
@@ -184,7 +249,7 @@ def test_a_cycle_fails_naming_every_file_and_line():
     sources = _fake(
         minirlhf__trainers__dpo="import torch\n\ndef f():\n    from minirlhf.trainers.kto import train_kto\n",
         minirlhf__trainers__kto="from minirlhf.trainers.dpo import DPOConfig\n",
-        minirlhf__trainers__common="",
+        minirlhf__trainers__config="",
     )
     assert import_cycles(sources) == [
         "cycle: minirlhf/trainers/dpo.py:4 imports minirlhf/trainers/kto.py, "

@@ -8,9 +8,9 @@ import torch
 
 from minirlhf.models import SHIPPED, load_model
 from minirlhf.tasks import Task, arithmetic, call_reward
-from minirlhf.trainers.common import History
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
+from minirlhf.trainers.run import History
 
 
 def test_correctness_reward_is_exact():

@@ -381,3 +381,68 @@ def test_dpo_raises_held_out_sentiment_above_the_reference(dpo_run):
     _, kl = dpo_run.column("eval/kl")
     assert sentiment[-1] >= sentiment[0] + DPO_MIN_SENTIMENT_GAIN, (sentiment, kl)
     assert kl[-1] > 0
+
+
+def test_the_kto_command_and_its_older_spelling_train_kto_with_its_own_weights(tmp_path, capsys):
+    from minirlhf.__main__ import main
+
+    data = tmp_path / "pairs"
+    for split in ("train", "test"):
+        save_preference_pairs(load_preference_pairs("sentiment", split)[:8], data / f"{split}.jsonl")
+    common = ["--pairs", str(data), "--steps", "2", "--batch-size", "4", "--eval-prompts", "0", "--progress", "false"]
+    main(["kto", *common, "--desirable-weight", "2", "--out-dir", str(tmp_path / "kto")])
+    main(["dpo", "--loss-type", "kto", *common, "--out-dir", str(tmp_path / "alias")])
+    assert capsys.readouterr().out.count("eval/rewards/accuracy") == 2
+    for name in ("kto", "alias"):
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        assert "rewards/desirable" in rows[1], name
+    saved = {name: json.loads((tmp_path / name / "config.json").read_text()) for name in ("kto", "alias")}
+    assert saved["kto"]["desirable_weight"] == 2.0 and saved["alias"]["desirable_weight"] == 1.0
+    assert "loss_type" not in saved["alias"]  # the older spelling runs the KTO trainer, recorded as a KTO run
+    with pytest.raises(SystemExit):  # a DPO-only field is no flag of the kto command
+        main(["kto", *common, "--rpo-alpha", "0.5"])
+
+
+def _preference_configs():
+    from minirlhf.trainers.dpo import DPOConfig
+    from minirlhf.trainers.kto import KTOConfig
+    from minirlhf.trainers.preference import ImplicitRewardConfig, PreferenceConfig
+    from minirlhf.trainers.reward_model import RewardModelConfig
+
+    return PreferenceConfig, ImplicitRewardConfig, [DPOConfig, KTOConfig, RewardModelConfig]
+
+
+@pytest.mark.parametrize("name", ["DPOConfig", "KTOConfig", "RewardModelConfig"])
+def test_the_pair_methods_share_the_preference_config(name):
+    """Every field of PreferenceConfig (pairs, batch, epochs, maximum length, ...) is a field of each pair method's
+    config, declared once: in the base, not again in the method (a method may only change its default). DPO and KTO
+    share ImplicitRewardConfig's too (β, p_ref, the sampling evaluation)."""
+    import dataclasses
+
+    base, implicit, configs = _preference_configs()
+    config = next(c for c in configs if c.__name__ == name)
+    assert issubclass(config, base)
+    shared = {f.name for f in dataclasses.fields(base)}
+    assert shared >= {"pairs", "batch_size", "epochs", "max_length"}
+    assert shared <= {f.name for f in dataclasses.fields(config)}
+    if name != "RewardModelConfig":
+        assert issubclass(config, implicit)
+        assert {"beta", "precompute_ref", "eval_prompts", "max_new_tokens"} <= set(config.__dataclass_fields__)
+    else:
+        assert not hasattr(config, "beta")  # no policy, no p_ref: no β
+    own = config.__dict__.get("__annotations__", {})
+    declared_again = {n for n in own if n in shared and getattr(config, n) == getattr(base, n)}
+    assert not declared_again, f"{name} declares {declared_again} again with the base's default"
+
+
+def test_the_preference_wing_does_not_borrow_the_sentiment_task():
+    """The shipped pair set brings its own sampling evaluation and budget; the wing imports no task."""
+    from pathlib import Path
+
+    from minirlhf.trainers import preference
+
+    source = Path(preference.__file__).read_text()
+    assert "tasks.sentiment" not in source and "MAX_NEW_TOKENS" not in source
+    from minirlhf.trainers.dpo import DPOConfig
+
+    assert DPOConfig().max_new_tokens is None  # the pair set's own budget

@@ -209,7 +209,7 @@ def test_reinforce_plus_plus_baseline_needs_groups():
 
 
 def test_each_reward_function_is_logged_beside_the_weighted_sum():
-    from minirlhf.tasks.user import weighted_reward
+    from minirlhf.tasks.custom import weighted_reward
 
     def one(prompts, completions, **_):
         return [1.0] * len(completions)

@@ -32,7 +32,10 @@ from minirlhf.losses import (
     value_loss,
 )
 from minirlhf.tasks import arithmetic, call_reward
-from minirlhf.trainers.checkpoint import (
+from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+from minirlhf.trainers.reward_model import train_reward_model
+from minirlhf.trainers.run import History, optimizer_step
+from minirlhf.trainers.run.checkpoint import (
     LOCK_FILE,
     Checkpointer,
     checkpoint_problem,
@@ -42,11 +45,8 @@ from minirlhf.trainers.checkpoint import (
     release_run_folder,
     saved_config,
 )
-from minirlhf.trainers.common import History, optimizer_step
-from minirlhf.trainers.grpo import GRPOConfig, train_grpo
-from minirlhf.trainers.guard import NonFiniteError, check_gradients
-from minirlhf.trainers.manifest import MANIFEST_FILE, new_manifest, write_manifest
-from minirlhf.trainers.reward_model import train_reward_model
+from minirlhf.trainers.run.guard import NonFiniteError, check_gradients
+from minirlhf.trainers.run.manifest import MANIFEST_FILE, new_manifest, write_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 ONLINE = dict(model="tiny-sft", device="cpu", prompts_per_step=2, group_size=4, max_new_tokens=4, eval_every=1000,
@@ -77,7 +77,7 @@ def _tiny_checkpointer(out: Path, **overrides) -> Checkpointer:
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from minirlhf.trainers.checkpoint import hold_run_folder
+    from minirlhf.trainers.run.checkpoint import hold_run_folder
     try:
         hold_run_folder(sys.argv[1])
     except ValueError as err:  # errors.UserError

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minirlhf.errors import CheckpointDamaged
-from minirlhf.trainers.checkpoint import LOCK_FILE, list_checkpoints
 from minirlhf.trainers.grpo import GRPOConfig
-from minirlhf.trainers.manifest import MANIFEST_FILE, RUN_FILES, absolute_data_paths, fingerprints, read_manifest
+from minirlhf.trainers.run.checkpoint import LOCK_FILE, list_checkpoints
+from minirlhf.trainers.run.manifest import MANIFEST_FILE, RUN_FILES, absolute_data_paths, fingerprints, read_manifest
 
 REPO = Path(__file__).resolve().parent.parent
 GRPO = ["grpo", "--prompts-per-step", "2", "--group-size", "2", "--max-new-tokens", "4", "--eval-every", "0",
@@ -278,12 +278,12 @@ def test_a_run_that_died_inside_a_live_process_lets_go_of_its_folder(tmp_path):
 def test_a_manifest_naming_a_file_relatively_accepts_the_same_file_named_absolutely(tmp_path, monkeypatch):
     """Runs recorded before data paths were absolute: the same file, spelled either way, is the same data."""
     from minirlhf.errors import UserError
-    from minirlhf.trainers.manifest import check_same_run, new_manifest
+    from minirlhf.trainers.run.manifest import check_same_data, new_manifest
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "p.jsonl").write_text('{"prompt": "1+1="}\n')
     (tmp_path / "q.jsonl").write_text('{"prompt": "2+2="}\n')
     manifest = new_manifest({"prompts": "p.jsonl", "task": None}, "GRPOConfig")
-    check_same_run(manifest, {"prompts": str(tmp_path / "p.jsonl"), "task": None}, "GRPOConfig", tmp_path)
+    check_same_data(manifest, {"prompts": str(tmp_path / "p.jsonl"), "task": None}, "the run")
     with pytest.raises(UserError, match="the run learns from other data"):
-        check_same_run(manifest, {"prompts": str(tmp_path / "q.jsonl"), "task": None}, "GRPOConfig", tmp_path)
+        check_same_data(manifest, {"prompts": str(tmp_path / "q.jsonl"), "task": None}, "the run")

@@ -46,7 +46,7 @@ def test_a_resume_continues_on_its_task_and_refuses_another(tmp_path):
     other = cli("--resume", str(out), "--steps", "4", "--task", "arithmetic", cwd=tmp_path)
     assert other.returncode != 0
     last = other.stderr.strip().splitlines()[-1]
-    assert "that run learned from another task (task 'sentiment' -> 'arithmetic')" in last, other.stderr
+    assert "the run learns from other data (task: 'sentiment' -> 'arithmetic')" in last, other.stderr
     assert "Traceback" not in other.stderr
     assert [row["step"] for row in metrics(out)] == [0, 1, 2]  # nothing was trained
 
@@ -69,7 +69,8 @@ def test_a_resume_keeps_the_users_prompts_and_reward(tmp_path):
     assert [row["reward"] for row in metrics(out)] == [0.25, 0.25, 0.25]  # the user's reward, not arithmetic's
 
     other = cli("--resume", str(out), "--steps", "4", "--task", "arithmetic", cwd=tmp_path)
-    assert other.returncode != 0 and "another task" in other.stderr.strip().splitlines()[-1]
+    # the saved --prompts and a --task given on resume cannot both hold: refused before the run starts
+    assert other.returncode != 0 and "give either --task or --prompts" in other.stderr.strip().splitlines()[-1]
 
 
 def test_a_task_object_is_recorded_by_name_and_compared_on_resume(tmp_path):
@@ -81,10 +82,30 @@ def test_a_task_object_is_recorded_by_name_and_compared_on_resume(tmp_path):
     train_grpo(arithmetic.task(), config)
     assert saved(tmp_path)["task"] == "arithmetic"  # the object's name: what a resume compares
     resume = dataclasses.replace(config, out_dir=None, resume=str(tmp_path), steps=2)
-    with pytest.raises(ValueError, match="another task .task 'arithmetic' -> 'sentiment'"):
-        online_task(sentiment.vader_task(), resume)
+    with pytest.raises(ValueError, match="other data .task: 'arithmetic' -> 'sentiment'"):
+        train_grpo(sentiment.vader_task(), resume)
     assert online_task(arithmetic.task(), resume)[1].task == "arithmetic"
     assert online_task(None, resume)[0].name == "arithmetic"  # no object: config.task's (None = arithmetic)
+
+
+def test_what_a_run_learns_from_is_checked_once_when_it_starts(tmp_path, monkeypatch):
+    """The command line's route to a resumed run calls the identity check once (`run.begin`), and a resume with
+    other data is refused by it before the model is loaded."""
+    from minirlhf.__main__ import main
+    from minirlhf.trainers.run import manifest
+
+    out = tmp_path / "run"
+    main(["grpo", *TINY, "--out-dir", str(out)])
+    calls = []
+    check = manifest.check_same_data
+    monkeypatch.setattr(manifest, "check_same_data", lambda *args: calls.append(args) or check(*args))
+    main(["grpo", "--resume", str(out), "--steps", "3"])
+    assert len(calls) == 1 and calls[0][0]["data"]["task"] == calls[0][1]["task"] == "arithmetic"
+    calls.clear()
+    monkeypatch.setattr("minirlhf.trainers.online.setup_policy", lambda *args: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit):
+        main(["grpo", "--resume", str(out), "--steps", "4", "--task", "sentiment"])
+    assert len(calls) == 1
 
 
 def test_the_two_sentiment_tasks_have_two_names_and_the_learned_one_is_not_rebuilt_from_its_name():

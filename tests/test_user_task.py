@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from minirlhf.__main__ import main
-from minirlhf.tasks.user import load_object, load_prompt_rows, weighted_reward
+from minirlhf.tasks.custom import load_object, load_prompt_rows, weighted_reward
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -30,7 +30,7 @@ REWARD_ARGUMENTS = ("prompts", "completions")  # a reward's own arguments: no pr
 @dataclass(frozen=True)
 class Task:
     """What an online trainer (REINFORCE/RLOO, PPO, GRPO) learns from: prompts, a reward, and optionally a
-    held-out evaluation. `minirlhf.tasks.user` builds one from a prompt file and reward functions of your own."""
+    held-out evaluation. `minirlhf.tasks.custom` builds one from a prompt file and reward functions of your own."""
 
     name: str
     # (n, rng) -> n training prompts: strings, or rows {"prompt": str, column: value, ...} whose other columns

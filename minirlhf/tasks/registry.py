@@ -16,7 +16,7 @@ from typing import Any
 from minirlhf.data import Evaluation, PreferenceData, PreferencePair, SFTData, preference_data
 from minirlhf.errors import UserError, raised_at
 from minirlhf.tasks import Task, arithmetic, sentiment
-from minirlhf.tasks.user import load_object, located_prompt_rows, prompts_task
+from minirlhf.tasks.custom import load_object, located_prompt_rows, prompts_task
 
 DEFAULT_TASK = "arithmetic"  # what an online run or SFT learns from when its config names no task and no prompts
 TASKS: dict[str, Callable[[], Task]] = {"arithmetic": arithmetic.task, sentiment.VADER_TASK: sentiment.vader_task}
@@ -48,15 +48,6 @@ def resolve_sft_data(config: Any) -> SFTData:
         rows = located_prompt_rows(config.prompts, required=("prompt", "completion"))
         return SFTData([(row["prompt"], row["completion"]) for _, row in rows], sources=[where for where, _ in rows])
     return _made(config.task or DEFAULT_TASK, SFT_DATA, SFTData)
-
-
-def task_identity(values: dict[str, Any]) -> dict[str, Any]:
-    """What a config's task fields say the run learns from, with the default task spelled out: two configs learn
-    from the same task exactly when these are equal (None and "arithmetic" are one task when no prompts are given)."""
-    identity = {name: values.get(name) for name in ("task", "prompts", "reward", "reward_weights") if name in values}
-    if identity.get("task") is None and not identity.get("prompts"):
-        identity["task"] = DEFAULT_TASK
-    return identity
 
 
 def shipped_preference_data(source: PreferenceData | Sequence[PreferencePair] | str | os.PathLike) -> PreferenceData:

@@ -11,7 +11,7 @@ on the pairs, with p_θ in place of p*, is
 Each step: ONE forward of p_θ over the 2B sequences [chosen; rejected], the sequence log-probs
 log p(y|x) = Σ_t log p(y_t | x, y_<t) under p_θ and p_ref, then `losses.dpo_loss` (sigmoid = DPO, ipo, hinge).
 The rest of the family reuses the loop through `preference_loss`: SimPO and ORPO need no p_ref (only the sampled
-evaluation's KL reads it), and KTO, which scores unpaired examples, runs its own loop (`trainers/kto.py`).
+evaluation's KL reads it); KTO, which scores unpaired examples, runs its own loop (`trainers/kto.py`).
 
 p_ref never changes, so its log-probs can be computed once before training (`precompute_ref=True`): one model
 in memory instead of two. The logged `logps/chosen` and `logps/rejected` answer the lecture's quiz on "model
@@ -24,19 +24,19 @@ import torch
 
 from minirlhf.data import PreferenceData, PreferencePair
 from minirlhf.trainers.preference import (
+    KTO_ALIAS,
     REFERENCE_FREE_LOSS_TYPES,
     DPOConfig,
     all_pair_logps,
     encode_pairs,
-    finish_preference,
-    next_rows,
+    implicit_reward_run,
     pair_accuracy,
     pair_lengths,
     pair_logps,
+    policy_loader,
     preference_loss,
-    preference_run,
+    preference_start,
     settle_reference,
-    start_preference,
 )
 
 
@@ -48,7 +48,7 @@ def train_dpo(
     callbacks=(),
 ):
     """Train p_θ with DPO (or the `config.loss_type` of the family) on preference pairs.
-    Returns (model, tokenizer, history). `loss_type="kto"` is `trainers.kto.train_kto`'s (unpaired examples).
+    Returns (model, tokenizer, history). KTO learns from unpaired examples: `trainers.kto.train_kto`.
 
         model, tokenizer, history = train_dpo("sentiment", DPOConfig(steps=100))
 
@@ -63,30 +63,31 @@ def train_dpo(
     continuations sampled for held-out prompts, with eval/kl = KL(p_θ || p_ref) on those samples (not with
     `precompute_ref`, where p_ref is no longer in memory).
     """
-    # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
-    # without dropout, the context size and the length check, epochs -> steps (every batch checked to share out
-    # equally over the processes); then p_ref (`settle_reference`). `next_rows` draws this process's share of a
-    # batch, and `run.update(loss, over=...)` weighs the loss by that share (`Runtime.share`).
-    s = start_preference(data, config or DPOConfig(), model, tokenizer)
-    config, runtime, model, tokenizer, data = s.config, s.runtime, s.model, s.tokenizer, s.data
-    max_length = s.max_length
+    # The preamble the preference trainers share (`preference.preference_start`): the pairs, the run's start
+    # (processes, seeds), p_θ without dropout, the context size and the length check, epochs -> steps; then p_ref
+    # (`settle_reference`) and the run. `run.batch` draws this process's share of a batch, and
+    # `run.update(loss, over=...)` weighs the loss by that share.
+    config = config or DPOConfig()
+    if config.loss_type == KTO_ALIAS:
+        raise ValueError("train_dpo: loss_type='kto' learns from unpaired examples: use trainers.kto.train_kto")
+    start = preference_start(data, config, policy_loader(model, tokenizer))
+    config, data, max_length = start.config, start.data, start.max_length
     # p_ref: log-probs for every pair, computed now by the untouched model, or a frozen copy in memory. SimPO and
     # ORPO have no p_ref in their loss: the copy is kept only for the KL of the sampled evaluation.
     reference_free = config.loss_type in REFERENCE_FREE_LOSS_TYPES
-    ref, ref_logps = settle_reference(s, lambda p_ref: all_pair_logps(p_ref, tokenizer, data.train, max_length),
+    ref, ref_logps = settle_reference(start, lambda p_ref: all_pair_logps(p_ref, start.tokenizer, data.train,
+                                                                          max_length),
                                       copy=bool(config.eval_prompts) or not reference_free)  # (N,), (N,)
-    run, train_model = preference_run(s, ref, callbacks)  # held-out p_ref, evaluation, AdamW, Run
-    order: list[int] = run.loop_state.get("order", [])  # pairs of this epoch not yet used
-    device = next(model.parameters()).device
-    for step in run.steps("dpo", s.steps):
+    run = implicit_reward_run(start, ref, callbacks)  # held-out p_ref, evaluation, AdamW, checkpoints
+    device = next(run.model.parameters()).device
+    for step in run.steps("dpo"):
         metrics = run.evaluate(step)
-        # this process's share of the next global batch, from a fresh shuffle every epoch
-        rows, order = next_rows(order, config.batch_size, len(data.train), s.rng, runtime)
-        encoded = encode_pairs(tokenizer, [data.train[i] for i in rows], max_length, device)  # (2B, T): [y_w; y_l]
+        rows = run.batch(len(data.train), config.batch_size)  # this process's share, a fresh shuffle every epoch
+        encoded = encode_pairs(run.tokenizer, [data.train[i] for i in rows], max_length, device)  # (2B, T)
 
-        with runtime.autocast():
+        with run.autocast():
             # 1. log p_θ(y_w|x), log p_θ(y_l|x): one forward over [chosen; rejected]          (B,), (B,)
-            chosen, rejected = pair_logps(train_model, encoded)
+            chosen, rejected = pair_logps(run.train_model, encoded)
             # 2. log p_ref of the same sequences: none (SimPO, ORPO), looked up, or one forward of the frozen copy
             if reference_free:
                 ref_chosen = ref_rejected = None
@@ -99,7 +100,7 @@ def train_dpo(
         chosen_lengths, rejected_lengths = pair_lengths(encoded["response_mask"])
         losses, r_chosen, r_rejected = preference_loss(  # RPO's NLL: per chosen token of the global batch
             config, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths, rejected_lengths,
-            all_chosen_lengths=runtime.gather(chosen_lengths),
+            all_chosen_lengths=run.gather(chosen_lengths),
         )
         loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's pairs
         metrics |= {
@@ -112,6 +113,7 @@ def train_dpo(
             "logps/rejected": rejected.mean().item(),
             "grad_norm": grad_norm.item(),
         }
-        run.log(step, metrics, order=order)
+        run.log(step, metrics)
 
-    return finish_preference(s, run)
+    run.finish()  # the final policy, after the last update
+    return run.model, run.tokenizer, run.history

@@ -31,18 +31,14 @@ from minirlhf.losses import (
     masked_mean,
 )
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import (
-    choice,
-    require,
-    require_positive,
-)
+from minirlhf.trainers.config import choice, require, require_positive
 from minirlhf.trainers.online import (
     OnlineConfig,
     collect_informative,
     diagnose,
     experience_metrics,
+    online_run,
     policy_logprobs,
-    start_online,
 )
 
 # The recipes of the papers since DeepSeek-R1 (`python -m minirlhf grpo --recipe dapo`, or
@@ -111,46 +107,43 @@ class GRPOConfig(OnlineConfig):
 
 def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
     """Train p_θ with GRPO on `task`. Returns (model, tokenizer, history)."""
-    # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
-    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the DDP-wrapped model,
-    # the held-out evaluation and `Run` (logging, checkpoints, resume). `s.collect()` samples this process's share
-    # of a batch, `s.minibatches()` orders it, and `run.update(loss, over=...)` weighs the loss by that share.
+    # The set-up CleanRL writes at the top of each script lives in one place, `online.online_run`: the task
+    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the held-out evaluation
+    # and the checkpoints. `run.collect()` samples a batch (gathered whole: the advantages see every row), and
+    # `run.minibatches(exp)` hands this process its own rows of it.
     config = config or GRPOConfig()
     if config.dynamic_sampling and launched_processes() > 1:  # refused before anything is loaded or written
         raise ValueError(f"GRPOConfig.dynamic_sampling runs on one process only ({launched_processes()} were "
                          "started): the sampling rounds a step needs depend on its samples, and processes would "
                          "disagree")
-    s = start_online(task, config, model, tokenizer, callbacks)
-    config, runtime, run, model = s.config, s.runtime, s.run, s.model
+    run = online_run(task, config, model, tokenizer, callbacks)
+    config = run.config
 
     for step in run.steps("grpo"):
         metrics = run.evaluate(step)
         # 1. sample a group of G completions per prompt from p_θold and score them
         if config.dynamic_sampling:  # keep only groups whose rewards differ, sampling more prompts to fill the step
-            first, exp, counts = collect_informative(s, config.max_sampling_rounds)
+            first, exp, counts = collect_informative(run, config.max_sampling_rounds)
             metrics |= counts
         else:
-            first = exp = s.collect()
-        metrics |= experience_metrics(first, runtime) | {
-            "zero_std_groups": zero_std_groups(first.rewards, config.group_size)
-        }
+            first = exp = run.collect()
+        metrics |= experience_metrics(first) | {"zero_std_groups": zero_std_groups(first.rewards, config.group_size)}
         if exp is None:  # dynamic sampling at its cap without one informative group: nothing to learn from
             run.log(step, metrics)
             continue
         # DAPO's overlong filtering: a truncated answer's tokens leave the loss
-        mask = mask_truncated(exp.mask, exp.rollout.ended_with_eos) if config.mask_truncated_completions else exp.mask
-        # 2. group-normalised advantages Â_i, one per completion (B,), from the rewards of the global batch
-        all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
-        advantages = runtime.local(grpo_advantages(all_rewards, config.group_size, scale=config.scale))
+        mask = mask_truncated(exp.mask, exp.ended_with_eos) if config.mask_truncated_completions else exp.mask
+        # 2. group-normalised advantages Â_i, one per completion (B,)
+        advantages = grpo_advantages(exp.rewards, config.group_size, scale=config.scale)
 
         # 3. μ epochs of minibatch steps on the clipped objective with β·k3 KL
-        model.train()
+        run.model.train()
         if config.debug:
-            metrics |= diagnose(model, exp, config, group_advantages=advantages)
+            metrics |= diagnose(run.model, exp, config, group_advantages=advantages)
         for _ in range(config.epochs):
-            for rows in s.minibatches(exp.rewards.numel() if config.dynamic_sampling else None):
-                with runtime.autocast():
-                    logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
+            for rows in run.minibatches(exp):
+                with run.autocast():
+                    logp, entropy = policy_logprobs(run.train_model, exp, rows, config.temperature)  # (b, N)
                 ref_logp = exp.ref_logp[rows] if exp.ref_logp is not None else None
                 loss, stats = grpo_loss(
                     logp, exp.old_logp[rows], ref_logp, advantages[rows], mask[rows],
@@ -161,8 +154,8 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                 run.add(loss=loss, clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
                         clip_frac_high=stats["clip_frac_high"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
                         entropy=masked_mean(entropy.detach(), exp.mask[rows]))
-        model.eval()
+        run.model.eval()
         run.log(step, metrics)
 
-    run.finish(model, s.tokenizer)  # the policy after the last update
-    return model, s.tokenizer, run.history
+    run.finish()  # the policy after the last update
+    return run.model, run.tokenizer, run.history

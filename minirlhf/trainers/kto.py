@@ -11,13 +11,15 @@ Here the examples come from the shipped pairs, split by `data.unpaired_examples`
 shuffled one by one so that a batch rarely holds both halves of a pair. A step takes 2B examples (as many
 sequences as a DPO step of B pairs) and 2B mismatched ones for z_ref. Each example's mismatched completion is
 drawn once, before training, from an example with a different prompt (a pair's two halves share their prompt, so
-its partner would not do). `python -m minirlhf dpo --loss-type kto` comes here; held-out evaluation is the DPO
-trainer's, on pairs.
+its partner would not do). `python -m minirlhf kto` comes here (and its older spelling `dpo --loss-type kto`);
+held-out evaluation is the DPO trainer's, on pairs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
+from dataclasses import dataclass
 
 import torch
 
@@ -30,14 +32,37 @@ from minirlhf.data import (
 )
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
 from minirlhf.losses import kto_loss
+from minirlhf.trainers.config import require_positive
 from minirlhf.trainers.preference import (
+    KTO_ALIAS,
     DPOConfig,
-    finish_preference,
-    next_rows,
-    preference_run,
+    ImplicitRewardConfig,
+    implicit_reward_run,
+    policy_loader,
+    preference_start,
     settle_reference,
-    start_preference,
 )
+
+
+@dataclass
+class KTOConfig(ImplicitRewardConfig):
+    desirable_weight: float = 1.0  # λ_D: the weight of the thumbs-up examples' loss
+    undesirable_weight: float = 1.0  # λ_U: the weight of the thumbs-down examples'
+
+    def validate(self) -> None:
+        super().validate()
+        require_positive(self, "desirable_weight", "undesirable_weight")
+
+
+def kto_config(config: KTOConfig | DPOConfig) -> KTOConfig:
+    """The KTOConfig of `config`; a DPOConfig with loss_type="kto" (the older spelling) gives its shared fields
+    (`ImplicitRewardConfig`'s), with λ_D = λ_U = 1."""
+    if isinstance(config, KTOConfig):
+        return config
+    if not isinstance(config, DPOConfig) or config.loss_type != KTO_ALIAS:
+        raise ValueError(f"train_kto needs a KTOConfig (or DPOConfig(loss_type='kto')), got {config!r:.120}")
+    shared = {f.name: getattr(config, f.name) for f in dataclasses.fields(ImplicitRewardConfig)}
+    return KTOConfig(**shared)
 
 
 def mismatched_partners(examples: list[UnpairedExample], rng: random.Random) -> list[int]:
@@ -67,7 +92,7 @@ def example_logps(model, tokenizer, prompts: list[str], completions: list[str], 
 
 def train_kto(
     data: PreferenceData | list[PreferencePair] | str | None = None,
-    config: DPOConfig | None = None,
+    config: KTOConfig | DPOConfig | None = None,
     model=None,
     tokenizer=None,
     callbacks=(),
@@ -77,19 +102,20 @@ def train_kto(
     Logged every step: loss, rewards/desirable and rewards/undesirable (mean β r_θ of each class in the batch;
     NaN when the (global) batch holds none of the class), kl (z_ref), logps/desirable, logps/undesirable, grad_norm;
     every `eval_every` steps the same held-out evaluation as DPO."""
-    # The preamble the preference trainers share (`preference.start_preference`): the pairs, runtime, seeds, p_θ
-    # without dropout, the context size and the length check, epochs -> steps (every batch checked to share out
-    # equally over the processes); then p_ref (`settle_reference`). `next_rows` draws this process's share of a
-    # batch, and `run.update(loss, over=...)` weighs the loss by that share (`Runtime.share`).
-    s = start_preference(data, config or DPOConfig(loss_type="kto"), model, tokenizer, kto=True)
-    config, runtime, model, tokenizer, max_length, rng = s.config, s.runtime, s.model, s.tokenizer, s.max_length, s.rng
-    examples = unpaired_examples(s.data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
-    partners = mismatched_partners(examples, rng)  # example j's z_ref term scores (x_j, y of example partners[j])
+    # The preamble the preference trainers share (`preference.preference_start`): the pairs, the run's start
+    # (processes, seeds), p_θ without dropout, the context size and the length check, epochs -> steps (every batch
+    # of 2 x batch_size examples); then p_ref (`settle_reference`) and the run. `run.batch` draws this process's
+    # share of a batch, and `run.update(loss, over=...)` weighs the loss by that share.
+    start = preference_start(data, kto_config(config or KTOConfig()), policy_loader(model, tokenizer),
+                             rows_per_pair=2)
+    config, tokenizer, max_length = start.config, start.tokenizer, start.max_length
+    examples = unpaired_examples(start.data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
+    partners = mismatched_partners(examples, start.rng)  # example j's z_ref term scores (x_j, y of partners[j])
     prompts = [e.prompt for e in examples]
     completions = [e.completion for e in examples]
     mismatched = [examples[k].completion for k in partners]
     desirable_all = torch.tensor([e.desirable for e in examples])
-    device = next(model.parameters()).device
+    device = next(start.model.parameters()).device
 
     # p_ref: log-probs of every example and its mismatched pair, computed now, or a frozen copy in memory.
     def all_example_logps(p_ref) -> tuple[torch.Tensor, torch.Tensor]:  # (2N,) each
@@ -97,23 +123,21 @@ def train_kto(
                                               device) for i in range(0, len(examples), 256)])
                      for texts in (completions, mismatched))
 
-    ref, ref_logps = settle_reference(s, all_example_logps)
-    run, train_model = preference_run(s, ref, callbacks)  # held-out p_ref, evaluation, AdamW, Run
-    order: list[int] = run.loop_state.get("order", [])  # examples of this epoch not yet used
-    for step in run.steps("kto", s.steps):
+    ref, ref_logps = settle_reference(start, all_example_logps)
+    run = implicit_reward_run(start, ref, callbacks)  # held-out p_ref, evaluation, AdamW, checkpoints
+    for step in run.steps("kto"):
         metrics = run.evaluate(step)
-        # this process's share of the next global batch, from a fresh shuffle every epoch
-        rows, order = next_rows(order, 2 * config.batch_size, len(examples), rng, runtime)
+        rows = run.batch(len(examples), 2 * config.batch_size)  # this process's share, a fresh shuffle every epoch
         x = [prompts[i] for i in rows]
         y = [completions[i] for i in rows]
         y_mismatched = [mismatched[i] for i in rows]
         desirable = desirable_all[rows].to(device)  # (2B,) bool
 
-        with runtime.autocast():
+        with run.autocast():
             # 1. log p_θ(y|x) with autograd; log p_θ(y'|x) of the mismatched pairs without (z_ref is detached)
-            logp = example_logps(train_model, tokenizer, x, y, max_length, device)  # (2B,)
+            logp = example_logps(run.train_model, tokenizer, x, y, max_length, device)  # (2B,)
             with torch.no_grad():
-                kl_logp = example_logps(model, tokenizer, x, y_mismatched, max_length, device)  # (2B,)
+                kl_logp = example_logps(run.model, tokenizer, x, y_mismatched, max_length, device)  # (2B,)
             # 2. log p_ref of both: looked up, or forwards of the frozen copy
             if config.precompute_ref:
                 ref_logp, ref_kl_logp = (r[rows].clone().to(device) for r in ref_logps)
@@ -122,14 +146,12 @@ def train_kto(
                     ref_logp = example_logps(ref, tokenizer, x, y, max_length, device).clone()
                     ref_kl_logp = example_logps(ref, tokenizer, x, y_mismatched, max_length, device).clone()
         # 3. λ_y - v(x, y), v = λ_D σ(β (r_θ - z_ref)) or λ_U σ(β (z_ref - r_θ)); z_ref over the global batch
-        losses, rewards, z_ref = kto_loss(
-            logp, ref_logp, desirable, runtime.gather(kl_logp), runtime.gather(ref_kl_logp), config.beta,
-            config.kto_desirable_weight, config.kto_undesirable_weight,
-        )
+        losses, rewards, z_ref = kto_loss(logp, ref_logp, desirable, *run.gather(kl_logp, ref_kl_logp), config.beta,
+                                          config.desirable_weight, config.undesirable_weight)
         loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's examples
         # the class means below over the global batch: a process's share may hold few or none of a class
-        rewards, logp = runtime.gather(rewards), runtime.gather(logp.detach())
-        desirable = runtime.gather(desirable.long()).bool()
+        rewards, logp, desirable = run.gather(rewards, logp.detach(), desirable.long())
+        desirable = desirable.bool()
 
         metrics |= {
             "loss": loss.item(),
@@ -140,6 +162,7 @@ def train_kto(
             "logps/undesirable": logp[~desirable].mean().item(),
             "grad_norm": grad_norm.item(),
         }
-        run.log(step, metrics, order=order)
+        run.log(step, metrics)
 
-    return finish_preference(s, run)
+    run.finish()  # the final policy, after the last update
+    return run.model, run.tokenizer, run.history

@@ -1,9 +1,10 @@
-"""What the online methods (REINFORCE/RLOO, PPO, GRPO) share: the config, one set-up (`start_online`), and one
-"collect" step.
+"""The online wing: what REINFORCE/RLOO, PPO and GRPO share. The config (`OnlineConfig`), the run
+(`online_run`, an `OnlineRun`: the `Run` with the task, p_θ, p_ref and one "collect" step), and the experience:
 
     prompts -> sample G completions each (p_θold, KV cache) -> R(x, y) -> log p_ref (when β > 0)
 
-Everything returned is cut to the response columns [P, P + N), so the losses see (B, N) tensors.
+Everything returned is cut to the response columns [P, P + N), so the losses see (B, N) tensors, and gathered
+whole: the advantages are computed on the global batch, and each process updates on its own rows of it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -21,7 +23,7 @@ from transformers import PreTrainedTokenizerBase
 from minirlhf import diagnostics
 from minirlhf.checks import check_finite, check_interval
 from minirlhf.data import check_prompt_room
-from minirlhf.distributed import Runtime, setup_runtime
+from minirlhf.distributed import Runtime
 from minirlhf.errors import UserError
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import informative_groups, kl_k1, masked_sum
@@ -30,20 +32,14 @@ from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, WeightedReward, call_reward, draw_prompts, reward_name, with_reward
 from minirlhf.tasks.registry import resolve_task
 from minirlhf.tasks.rewards import soft_overlong_punishment
-from minirlhf.trainers.common import (
-    EVAL_PREFIX,
-    Run,
+from minirlhf.trainers.config import (
     TrainConfig,
-    held_out_metrics,
-    load_policy,
-    make_optimizer,
     require_choice,
     require_non_negative,
     require_positive,
-    require_same_task,
-    set_seed,
-    spelled,
+    with_metavar,
 )
+from minirlhf.trainers.run import EVAL_PREFIX, Run, begin, held_out_metrics, load_policy, make_optimizer
 
 
 @dataclass
@@ -61,13 +57,13 @@ class OnlineConfig(TrainConfig):
     # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped task
     # (arithmetic; sentiment: VADER is the reward) or a module:function / path.py:function of yours that returns a
     # Task; None = arithmetic, unless prompts are given
-    task: str | None = spelled(None, "arithmetic|sentiment|module:function|path.py:function")
+    task: str | None = with_metavar(None, "arithmetic|sentiment|module:function|path.py:function")
     # your prompts instead of a task: a FILE.jsonl or a dataset name, one object per row with a "prompt"; its other
     # fields reach the reward functions as keyword lists
-    prompts: str | None = spelled(None, "FILE.jsonl|dataset-name")
+    prompts: str | None = with_metavar(None, "FILE.jsonl|dataset-name")
     # for prompts: reward functions (prompts, completions, **columns) -> list[float]; several are summed
-    reward: list[str] | None = spelled(None, "module:function|path.py:function")
-    reward_weights: list[float] | None = spelled(None, "W")  # one weight per reward: R = Σ_k w_k R_k (None: 1 each)
+    reward: list[str] | None = with_metavar(None, "module:function|path.py:function")
+    reward_weights: list[float] | None = with_metavar(None, "W")  # one weight per reward: R = Σ_k w_k R_k (None: 1)
     # L_cache: DAPO's soft overlong penalty, 0 to -1 over the last L_cache tokens of the response budget, added to
     # the reward with overlong_weight (logged as reward/overlong); 0 = off
     overlong_cache: int = 0
@@ -75,8 +71,6 @@ class OnlineConfig(TrainConfig):
     # eval/kl_ref at each evaluation: KL(p_θ || p_ref) from sampled completions. At β = 0 this keeps a frozen copy
     # of the starting model for it (one more set of weights in memory: ~0.5 GB for gpt2 in float32); false = none
     eval_kl: bool = True
-
-    task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts", "reward", "reward_weights")
 
     def validate(self) -> None:
         super().validate()
@@ -110,82 +104,85 @@ class OnlineConfig(TrainConfig):
 def online_task(task: Task | None, config: OnlineConfig) -> tuple[Task, OnlineConfig]:
     """The task to learn from and the config that records it: the `task` given (its name goes into config.task
     when the config names none, so that a resume can compare), else the one config.task or config.prompts names
-    (`tasks.registry.resolve_task`). A resume that names another task than its run's is refused."""
+    (`tasks.registry.resolve_task`)."""
     if task is None:
         task = resolve_task(config)
     elif config.task is None and config.prompts is None:
         config = dataclasses.replace(config, task=task.name)
-    require_same_task(config)
     return task, config
 
 
-@dataclass
-class OnlineStart:
-    """What an online trainer starts from (`start_online`): the one preamble of REINFORCE/RLOO, GRPO and PPO."""
+class OnlineRun(Run):
+    """The run of an online method (`online_run`): the `Run`, and what its loop samples from and trains.
 
-    task: Task
-    config: OnlineConfig  # as the runtime adjusted it (this process's share, the resolved device)
-    runtime: Runtime
-    run: Run  # evaluation, updates, logging, checkpoints, resume
-    model: nn.Module  # p_θ
-    tokenizer: PreTrainedTokenizerBase
-    ref: nn.Module | None  # p_ref (None when β = 0)
-    train_model: nn.Module  # what the update runs through: p_θ, DDP-wrapped under several processes
-    value_head: nn.Module | None  # V(s_t) (PPO), and what its update runs through
-    train_value_head: nn.Module | None
-    rng: random.Random  # draws the prompts
-    generator: torch.Generator  # draws the samples, and the minibatch order
+        exp = run.collect()                     # the step's batch, whole (every process's rows)
+        for rows in run.minibatches(exp):       # this process's rows of it, shuffled
+            with run.autocast():
+                logp, entropy = policy_logprobs(run.train_model, exp, rows, config.temperature)
+    """
+
+    def __init__(self, task: Task, config: OnlineConfig, runtime: Runtime, model: nn.Module,
+                 tokenizer: PreTrainedTokenizerBase, ref: nn.Module | None, rng: random.Random,
+                 generator: torch.Generator, callbacks=(), value_head: bool = False):
+        # p_ref for eval/kl_ref: the loss's own, else a frozen copy of the start made for evaluation alone
+        eval_ref = ref if ref is not None or not (config.eval_kl and config.eval_every) else frozen_copy(model)
+        if config.overlong_cache:
+            task = with_overlong_penalty(task, config, tokenizer)
+        modules = {"model": model}
+        if value_head:  # V(s_t), starts at 0 everywhere
+            modules["value_head"] = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
+        params = [p for module in modules.values() for p in module.parameters()]
+        optimizer = make_optimizer(params, config.lr)
+        trained = {name: runtime.prepare(module) for name, module in modules.items()}  # DDP under several processes
+        self.task, self.model, self.tokenizer, self.ref = task, model, tokenizer, ref  # p_θ, p_ref (None: β = 0)
+        self.value_head = modules.get("value_head")  # V(s_t) (PPO)
+        # what the update runs through: p_θ (and V), DDP-wrapped under several processes
+        self.train_model, self.train_value_head = trained["model"], trained.get("value_head")
+        self.rng, self.generator = rng, generator  # draw the prompts; the samples and the minibatch order
+
+        def evaluate() -> dict[str, float]:
+            kl = {} if eval_ref is None else {f"{EVAL_PREFIX}kl_ref": kl_to_reference(model, eval_ref, tokenizer,
+                                                                                      self.task, config, runtime)}
+            return held_out_metrics(self.task.evaluate, model, tokenizer) | kl
+
+        super().__init__(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
+                         evaluate if task.evaluate or eval_ref is not None else None, callbacks, **modules)
 
     def collect(self) -> Experience:
-        """A fresh batch of this process's share of the step's prompts: sampled, scored, with log p_ref."""
+        """A fresh batch of the step's prompts, sampled (each process its share), scored, with log p_ref, and
+        gathered whole."""
         return collect(self.model, self.tokenizer, self.ref, self.task, self.config, self.rng, self.generator,
                        self.runtime)
 
-    def minibatches(self, batch_size: int | None = None) -> list[torch.Tensor]:
-        """This step's minibatches of row indices (`minibatches`): shuffled, this process's rows. `batch_size`:
-        the rows of this step's batch when it is not config.batch_size (dynamic sampling at its cap)."""
-        return minibatches(batch_size or self.config.batch_size, self.config.minibatch_size, self.generator,
-                           self.runtime)
+    def minibatches(self, exp: Experience) -> list[torch.Tensor]:
+        """This step's minibatches of rows of `exp` (`minibatches`): shuffled, this process's rows of the batch."""
+        return minibatches(exp.rewards.numel(), self.config.minibatch_size, self.generator, self.runtime)
+
+    def finish(self) -> Path | None:
+        """The last evaluation, and the policy saved (with PPO's value head beside it) when there is an out_dir."""
+        heads = {"value_head": self.value_head} if self.value_head is not None else {}
+        return super().finish(self.model, self.tokenizer, **heads)
 
 
-def start_online(
+def online_run(
     task: Task | None,
     config: OnlineConfig,
     model: nn.Module | None = None,
     tokenizer: PreTrainedTokenizerBase | None = None,
     callbacks=(),
     value_head: bool = False,
-) -> OnlineStart:
-    """The set-up every online trainer shares, in this order (the order the random streams are drawn in): the task
-    (`online_task`), the runtime (device, precision, processes), the seeds and the two random streams, p_θ and p_ref
-    (`setup_policy`), a value head when asked, AdamW over what is trained, the modules the update runs through,
-    the held-out evaluation (`held_out_metrics` of task.evaluate, and eval/kl_ref: `kl_to_reference`) and the
-    `Run`."""
+) -> OnlineRun:
+    """The run every online trainer starts with, set up in this order (the order the random streams are drawn in):
+    the task (`online_task`), the run's start (`run.begin`: a resume held to its data, the processes, the seeds),
+    the two random streams, p_θ and p_ref (`setup_policy`), and the `OnlineRun` (a value head when asked, AdamW,
+    the modules the update runs through, the held-out evaluation: `held_out_metrics` of task.evaluate, and
+    eval/kl_ref: `kl_to_reference`)."""
     task, config = online_task(task, config)
-    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
-    generator = set_seed(config.seed)
+    runtime, config = begin(config)
+    generator = torch.Generator().manual_seed(config.seed)
     rng = random.Random(config.seed)
     model, tokenizer, ref = setup_policy(config, model, tokenizer, task)  # ref: None when β = 0
-    # p_ref for eval/kl_ref: the loss's own, else a frozen copy of the start made for evaluation alone
-    eval_ref = ref if ref is not None or not (config.eval_kl and config.eval_every) else frozen_copy(model)
-    if config.overlong_cache:
-        task = with_overlong_penalty(task, config, tokenizer)
-    modules = {"model": model}
-    if value_head:  # V(s_t), starts at 0 everywhere
-        modules["value_head"] = ValueHead(model.config.hidden_size).to(next(model.parameters()).device)
-    params = [p for module in modules.values() for p in module.parameters()]
-    optimizer = make_optimizer(params, config.lr)
-    trained = {name: runtime.prepare(module) for name, module in modules.items()}  # DDP under several processes
-
-    def evaluate() -> dict[str, float]:
-        kl = {} if eval_ref is None else {f"{EVAL_PREFIX}kl_ref": kl_to_reference(model, eval_ref, tokenizer, task,
-                                                                                  config, runtime)}
-        return held_out_metrics(task.evaluate, model, tokenizer) | kl
-
-    run = Run(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
-              evaluate if task.evaluate or eval_ref is not None else None, callbacks, **modules)
-    return OnlineStart(task, config, runtime, run, model, tokenizer, ref, trained["model"], modules.get("value_head"),
-                       trained.get("value_head"), rng, generator)
+    return OnlineRun(task, config, runtime, model, tokenizer, ref, rng, generator, callbacks, value_head)
 
 
 OVERLONG = "overlong"  # the name of the soft overlong penalty's reward term (reward/overlong in the metrics)
@@ -256,22 +253,35 @@ def setup_policy(
 
 @dataclass
 class Experience:
-    """One batch of on-policy samples, response columns only: every (B, N) tensor is aligned."""
+    """One batch of on-policy samples, response columns only, whole: every (B, N) and (B,) tensor holds the rows of
+    every process (B = the global batch), aligned. Only the rollout is this process's own share of it: the rows
+    first_row .. first_row + b of the batch, which its policy re-reads in the update."""
 
-    rollout: Rollout  # the sampled batch, full width (B, P + N): what the policy re-reads in the update
+    rollout: Rollout  # this process's share of the sampled batch, full width (b, P + N)
     mask: torch.Tensor  # (B, N) response tokens (EOS included)
     old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling
     ref_logp: torch.Tensor | None  # (B, N) log p_ref(y_t | x, y_<t); None when β = 0
     rewards: torch.Tensor  # (B,) R(x, y)
+    ended_with_eos: torch.Tensor  # (B,) bool: the answer ended before the response budget
     reward_parts: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # (B,) R_k of a WeightedReward
+    first_row: int = 0  # where the rollout's rows start in the batch
 
     @property
     def prompt_length(self) -> int:
         return self.rollout.prompt_length
 
+    @property
+    def share(self) -> torch.Tensor:
+        """The rows of the batch this process sampled (all of them on one process)."""
+        return torch.arange(self.first_row, self.first_row + self.rollout.input_ids.shape[0])
+
     def response(self, full: torch.Tensor) -> torch.Tensor:
-        """Cut a (B, P + N) per-token tensor to its (B, N) response columns."""
+        """Cut a (b, P + N) per-token tensor to its (b, N) response columns."""
         return full[:, self.prompt_length :]
+
+    def sampled(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows of the batch (this process's own) as rows of its rollout."""
+        return rows - self.first_row
 
 
 @torch.no_grad()
@@ -285,8 +295,8 @@ def collect(
     generator: torch.Generator,
     runtime: Runtime | None = None,
 ) -> Experience:
-    """Sample and score this process's share of the step's prompts (all of them on a single process); groups stay
-    whole. Sampling and p_ref run under the runtime's autocast."""
+    """Sample and score this process's share of the step's prompts (all of them on a single process; groups stay
+    whole), then gather the batch whole (`Runtime.gather`). Sampling and p_ref run under the runtime's autocast."""
     runtime = runtime or Runtime(precision="fp32")
     prompts, columns = prompt_columns(runtime.shard(draw_prompts(task, config.prompts_per_step, rng)))
     with runtime.autocast():
@@ -312,18 +322,22 @@ def collect(
                 ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask, config.temperature,
                 prompt_length=P,  # the G rows of a group share one forward of their prompt
             )[:, P:]
+    whole = runtime.gather  # the global batch from every process's rows (= the rows themselves on one process)
     return Experience(
         rollout=rollout,
-        mask=rollout.response_mask[:, P:],
-        old_logp=rollout.logprobs[:, P:],
-        ref_logp=ref_logp,
-        rewards=rewards,
-        reward_parts=reward_parts,
+        mask=whole(rollout.response_mask[:, P:]),
+        old_logp=whole(rollout.logprobs[:, P:]),
+        ref_logp=whole(ref_logp) if ref_logp is not None else None,
+        rewards=whole(rewards),
+        ended_with_eos=whole(rollout.ended_with_eos.to(device).long()).bool(),  # (a bool tensor is not gathered)
+        reward_parts={name: whole(part.to(device)) for name, part in reward_parts.items()},
+        first_row=runtime.local_rows(runtime.world_size * rollout.input_ids.shape[0]).start,
     )
 
 
 def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Experience:
-    """The rows of the chosen groups (a bool (B / G,) or index tensor), in order: every group stays whole."""
+    """The rows of the chosen groups (a bool (B / G,) or index tensor), in order: every group stays whole. One
+    process only (dynamic sampling): the rollout holds every row."""
     rows = torch.arange(exp.rewards.numel(), device=exp.rewards.device).view(-1, group_size)[groups].reshape(-1)
     r = exp.rollout
     keep = rows.tolist()
@@ -334,6 +348,7 @@ def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Exp
     )
     return Experience(rollout, exp.mask[rows], exp.old_logp[rows],
                       None if exp.ref_logp is None else exp.ref_logp[rows], exp.rewards[rows],
+                      exp.ended_with_eos[rows],
                       {name: part[rows.to(part.device)] for name, part in exp.reward_parts.items()})
 
 
@@ -362,11 +377,11 @@ def concat_experiences(batches: list[Experience], pad_id: int) -> Experience:
     ref_logp = None if batches[0].ref_logp is None else torch.cat([response(b.ref_logp) for b in batches])
     return Experience(rollout, torch.cat([response(b.mask) for b in batches]),
                       torch.cat([response(b.old_logp) for b in batches]), ref_logp,
-                      torch.cat([b.rewards for b in batches]),
+                      torch.cat([b.rewards for b in batches]), torch.cat([b.ended_with_eos for b in batches]),
                       {name: torch.cat([b.reward_parts[name] for b in batches]) for name in batches[0].reward_parts})
 
 
-def collect_informative(s: OnlineStart, max_rounds: int) -> tuple[Experience, Experience | None, dict[str, float]]:
+def collect_informative(run: OnlineRun, max_rounds: int) -> tuple[Experience, Experience | None, dict[str, float]]:
     """DAPO's dynamic sampling (Yu et al., 2025): sample batches of prompts_per_step prompts, drop the groups
     whose G rewards are all equal (`losses.informative_groups`: Â = 0, no gradient), until the step holds
     prompts_per_step informative groups or `max_rounds` batches were sampled. At the cap the step trains on the
@@ -375,10 +390,10 @@ def collect_informative(s: OnlineStart, max_rounds: int) -> tuple[Experience, Ex
     Returns the first batch (the plain on-policy sample, for the step's reward metrics), the informative groups
     (the first prompts_per_step of them, or None) and `groups_sampled`, `groups_kept`, `sampling_rounds`.
     One process only: the rounds a step needs depend on its samples (see GRPOConfig.dynamic_sampling)."""
-    G, wanted = s.config.group_size, s.config.prompts_per_step
+    G, wanted = run.config.group_size, run.config.prompts_per_step
     first, kept, n_kept, rounds = None, [], 0, 0
     while n_kept < wanted and rounds < max_rounds:
-        exp = s.collect()
+        exp = run.collect()
         rounds += 1
         if first is None:
             first = exp
@@ -390,7 +405,7 @@ def collect_informative(s: OnlineStart, max_rounds: int) -> tuple[Experience, Ex
               "sampling_rounds": float(rounds)}
     if not kept:
         return first, None, counts
-    pad_id = s.tokenizer.pad_token_id if s.tokenizer.pad_token_id is not None else s.tokenizer.eos_token_id
+    pad_id = run.tokenizer.pad_token_id if run.tokenizer.pad_token_id is not None else run.tokenizer.eos_token_id
     batch = concat_experiences(kept, pad_id)
     return first, select_groups(batch, torch.arange(min(n_kept, wanted)), G), counts
 
@@ -404,9 +419,10 @@ def prompt_columns(drawn: list[str] | list[dict[str, Any]]) -> tuple[list[str], 
 
 
 def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float):
-    """log p_θ and entropy on the response columns of the selected rows: two (b, N) tensors. Rows of the same
-    prompt share one forward of it (and its gradient flows back through that one pass)."""
-    r = exp.rollout
+    """log p_θ and entropy on the response columns of the selected rows (this process's rows of the batch): two
+    (b, N) tensors. Rows of the same prompt share one forward of it (and its gradient flows back through that one
+    pass)."""
+    r, rows = exp.rollout, exp.sampled(rows)
     logp, entropy = response_logprobs(
         policy, r.input_ids[rows], r.attention_mask[rows], r.response_mask[rows],
         temperature=temperature, return_entropy=True, prompt_length=r.prompt_length,
@@ -417,29 +433,27 @@ def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temp
 def minibatches(
     batch_size: int, minibatch_size: int | None, generator: torch.Generator, runtime: Runtime | None = None
 ):
-    """Shuffled row indices, `minibatch_size` at a time (the whole batch when None).
+    """Shuffled row indices of the batch, `minibatch_size` at a time (the whole batch when None).
 
     Under several processes both sizes are global: every process draws the same permutation of the global batch
-    and takes its own rows in that order, minibatch_size / processes at a time (as local row indices)."""
+    and takes its own rows in that order, minibatch_size / processes at a time."""
     order = torch.randperm(batch_size, generator=generator)
     step = minibatch_size or batch_size
     if runtime is not None and runtime.world_size > 1:
         rows = runtime.local_rows(batch_size)
-        order = order[(order >= rows.start) & (order < rows.stop)] - rows.start
+        order = order[(order >= rows.start) & (order < rows.stop)]
         step //= runtime.world_size
     return [order[i : i + step] for i in range(0, len(order), step)]
 
 
-def experience_metrics(exp: Experience, runtime: Runtime) -> dict[str, float]:
-    """What every online method logs about its fresh samples (this process's share: means over its rows, which
-    `Runtime.reduce` averages into the global batch's; the std of the rewards over the gathered batch)."""
+def experience_metrics(exp: Experience) -> dict[str, float]:
+    """What every online method logs about its fresh samples: means and the std of the rewards over the batch."""
     lengths = exp.mask.sum(-1).float()
-    all_rewards = runtime.gather(exp.rewards)  # = exp.rewards on a single process
     metrics = {
         "reward": exp.rewards.mean().item(),
-        "reward_std": all_rewards.std().item() if all_rewards.numel() > 1 else 0.0,
+        "reward_std": exp.rewards.std().item() if exp.rewards.numel() > 1 else 0.0,
         "response_length": lengths.mean().item(),
-        "eos_rate": exp.rollout.ended_with_eos.float().mean().item(),
+        "eos_rate": exp.ended_with_eos.float().mean().item(),
     }
     metrics |= {f"reward/{name}": part.mean().item() for name, part in exp.reward_parts.items()}  # each R_k
     if exp.ref_logp is not None:
@@ -453,11 +467,13 @@ def diagnose(
     policy: nn.Module, exp: Experience, config: OnlineConfig, group_advantages: torch.Tensor | None = None
 ) -> dict[str, float]:
     """The live diagnostics of a fresh batch (see `minirlhf.diagnostics`), run before its first update with the
-    policy in the mode the update uses. `group_advantages` (B,): advantages that must average 0 per group."""
-    logp, _ = policy_logprobs(policy, exp, torch.arange(exp.rewards.numel()), config.temperature)
-    metrics = diagnostics.check_logprobs(logp, exp.old_logp, exp.mask)
+    policy in the mode the update uses (on this process's rows). `group_advantages` (B,): advantages that must
+    average 0 per group."""
+    rows = exp.share
+    logp, _ = policy_logprobs(policy, exp, rows, config.temperature)
+    metrics = diagnostics.check_logprobs(logp, exp.old_logp[rows], exp.mask[rows])
     metrics |= diagnostics.check_groups(exp.rewards, group_advantages, config.group_size)
-    metrics |= diagnostics.check_endings(exp.rollout.ended_with_eos)
+    metrics |= diagnostics.check_endings(exp.ended_with_eos)
     if exp.ref_logp is not None:
-        metrics |= diagnostics.check_kl_sign(exp.old_logp, exp.ref_logp, exp.mask)
+        metrics |= diagnostics.check_kl_sign(exp.old_logp[rows], exp.ref_logp[rows], exp.mask[rows])
     return metrics

@@ -30,10 +30,8 @@ is wrong). λ in between trades the two. γ = 1 is natural here: episodes are a 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 from torch import nn
 
 from minirlhf.logprobs import forward_logits, logprobs_on_response
@@ -50,17 +48,13 @@ from minirlhf.losses import (
     value_loss,
 )
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import (
-    require,
-    require_non_negative,
-    require_positive,
-)
+from minirlhf.trainers.config import require, require_non_negative, require_positive
 from minirlhf.trainers.online import (
     Experience,
     OnlineConfig,
     diagnose,
     experience_metrics,
-    start_online,
+    online_run,
 )
 
 
@@ -102,7 +96,7 @@ def policy_forward(
     column P + t) and V(s_t). So the values of the N response tokens are the head on columns P-1 .. P+N-2.
     Column P-1 is always a real token: prompts are left-padded, so their last token sits there.
     """
-    r = exp.rollout
+    r, rows = exp.rollout, exp.sampled(rows)  # this process's rows of the batch, as rows of its rollout
     ids, attn, resp = r.input_ids[rows], r.attention_mask[rows], r.response_mask[rows]  # (b, P + N)
     logits, hidden = forward_logits(model, ids, attn, output_hidden_states=True)  # (b, P+N, V), (b, P+N, d)
     logp, entropy = logprobs_on_response(logits, ids, resp, temperature, return_entropy=True)  # (b, P + N)
@@ -117,46 +111,46 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
 
     The value head is not part of the returned model; with `out_dir` it is saved as value_head.safetensors.
     """
-    # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
-    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the DDP-wrapped model,
-    # the held-out evaluation and `Run` (logging, checkpoints, resume). `s.collect()` samples this process's share
-    # of a batch, `s.minibatches()` orders it, and `run.update(loss, over=...)` weighs the loss by that share.
-    s = start_online(task, config or PPOConfig(), model, tokenizer, callbacks, value_head=True)
-    config, runtime, run, model, value_head = s.config, s.runtime, s.run, s.model, s.value_head
-    all_rows = torch.arange(config.batch_size // runtime.world_size)  # this process's rows
+    # The set-up CleanRL writes at the top of each script lives in one place, `online.online_run`: the task
+    # (config.task when none is given), device and processes, seeds, p_θ, p_ref and V, AdamW, the held-out
+    # evaluation and the checkpoints. `run.collect()` samples a batch (gathered whole: GAE and the whitening see
+    # every row), and `run.minibatches(exp)` hands this process its own rows of it.
+    run = online_run(task, config or PPOConfig(), model, tokenizer, callbacks, value_head=True)
+    config = run.config
 
     for step in run.steps("ppo"):
         metrics = run.evaluate(step)
         # 1. sample y ~ p_θold, score R(x, y), record log p_θold (from sampling) and log p_ref
-        exp = s.collect()
+        exp = run.collect()
         mask = exp.mask  # (B, N)
         with torch.no_grad():
-            # V_old(s_t), once per batch: the baseline of GAE and the anchor of value clipping
-            with runtime.autocast():
-                _, _, old_values = policy_forward(model, value_head, exp, all_rows, config.temperature)  # (B, N)
+            # V_old(s_t), once per batch: the baseline of GAE and the anchor of value clipping (each process its
+            # own rows, gathered whole)
+            with run.autocast():
+                _, _, old_values = policy_forward(run.model, run.value_head, exp, exp.share, config.temperature)
+            old_values = run.gather(old_values)  # (B, N)
             # 2. r_t = -β · (log p_θold - log p_ref) + R(x, y) at the last token
             kl = kl_k1(exp.old_logp, exp.ref_logp) if exp.ref_logp is not None else None  # (B, N)
             rewards = token_rewards(exp.rewards, mask, kl, config.beta)  # (B, N)
             # 3. Â_t = Σ_l (γλ)^l δ_{t+l} and the value targets R_t = Â_t + V_old(s_t)
             advantages, returns = gae(rewards, old_values, mask, config.gamma, config.lam)  # (B, N) each
-            metrics |= experience_metrics(exp, runtime) | {
+            metrics |= experience_metrics(exp) | {
                 "value_mean": masked_mean(old_values, mask).item(),
                 "return_mean": masked_mean(returns, mask).item(),
                 "advantage_mean": masked_mean(advantages, mask).item(),
-                # a variance ratio, not a mean: over the gathered batch
-                "explained_variance": explained_variance(*(runtime.gather(x) for x in (old_values, returns, mask))),
+                "explained_variance": explained_variance(old_values, returns, mask),
             }
-            if config.whiten_advantages:  # over the real tokens of the global batch
-                advantages = runtime.local(masked_whiten(runtime.gather(advantages), runtime.gather(mask)))
+            if config.whiten_advantages:  # over the real tokens of the batch
+                advantages = masked_whiten(advantages, mask)
 
         # 4. `epochs` passes of minibatch steps on L = L_clip + c_V · L_V
-        model.train()
+        run.model.train()
         if config.debug:
-            metrics |= diagnose(model, exp, config)
+            metrics |= diagnose(run.model, exp, config)
         for _ in range(config.epochs):
-            for rows in s.minibatches():
-                with runtime.autocast():
-                    logp, entropy, values = policy_forward(s.train_model, s.train_value_head, exp, rows,
+            for rows in run.minibatches(exp):
+                with run.autocast():
+                    logp, entropy, values = policy_forward(run.train_model, run.train_value_head, exp, rows,
                                                            config.temperature)
                 m = mask[rows]
                 policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps,
@@ -171,10 +165,8 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
                         entropy=masked_mean(entropy.detach(), m))
                 if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it
                     run.add(kl=masked_mean(kl_k3(logp.detach(), exp.ref_logp[rows]), m))
-        model.eval()
+        run.model.eval()
         run.log(step, metrics)
 
-    out = run.finish(model, s.tokenizer)  # the policy after the last update
-    if out is not None:
-        save_file(value_head.state_dict(), str(Path(out) / "value_head.safetensors"))
-    return model, s.tokenizer, run.history
+    run.finish()  # the policy after the last update, and its value head beside it
+    return run.model, run.tokenizer, run.history

@@ -1,28 +1,28 @@
 """The preference wing: what DPO, KTO and the reward model share.
 
-The config of the DPO family (`DPOConfig`), pair encoding and the pairs' log-probs from one packed forward, the
-preference loss dispatch (`preference_loss`), the held-out evaluation, and the preamble of a preference run:
-the pairs (a shipped set brings its sampling evaluation), runtime, seed, p_θ without dropout, the context size
-and the length check, epochs -> steps (`start_preference`); then, once p_ref is settled, the held-out reference
-log-probs, the evaluation, AdamW and the `Run` (`preference_run`), with p_ref settled in between
-(`settle_reference`: precomputed log-probs or a frozen copy); the shuffled batches (`next_rows`); the end
-(`finish_preference`).
+The configs (`PreferenceConfig`: the pairs, the batch, epochs and the maximum length; `ImplicitRewardConfig`: β,
+the reference p_ref and the sampling evaluation of the policies DPO and KTO train; `DPOConfig`), pair encoding
+and the pairs' log-probs from one packed forward, the preference loss dispatch (`preference_loss`), the held-out
+evaluation, and the run: `preference_start` (the pairs, with the sampling evaluation and budget a shipped set
+brings; the run's start; the model; the context size and the length check; epochs -> steps), p_ref settled
+(`settle_reference`: precomputed log-probs or a frozen copy), then the `PreferenceRun` (`implicit_reward_run` for
+DPO and KTO): the `Run` with the data, the model and the shuffled batches (`run.batch`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
 from minirlhf.data import PreferenceData, PreferencePair, check_pair_lengths, encode_preference_pairs
-from minirlhf.distributed import Runtime, setup_runtime
+from minirlhf.distributed import Runtime
 from minirlhf.logprobs import packed_response_logprobs, response_lengths, sequence_logprobs
 from minirlhf.losses import (
     DPO_LOSS_TYPES,
@@ -36,37 +36,61 @@ from minirlhf.losses import (
 )
 from minirlhf.models import context_size, disable_dropout, frozen_copy
 from minirlhf.tasks.registry import shipped_preference_data
-from minirlhf.tasks.sentiment import MAX_NEW_TOKENS
-from minirlhf.trainers.common import (
-    Run,
-    TrainConfig,
-    choice,
-    held_out_metrics,
-    load_policy,
-    make_optimizer,
-    require,
-    require_non_negative,
-    require_positive,
-    set_seed,
-)
+from minirlhf.trainers.config import TrainConfig, choice, require, require_non_negative, require_positive
+from minirlhf.trainers.run import Run, begin, held_out_metrics, load_policy, make_optimizer
 
 REFERENCE_FREE_LOSS_TYPES = ("simpo", "orpo")  # no p_ref in the loss
-PREFERENCE_LOSS_TYPES = DPO_LOSS_TYPES + REFERENCE_FREE_LOSS_TYPES + ("kto",)
+KTO_ALIAS = "kto"  # DPOConfig.loss_type="kto" (`dpo --loss-type kto`): the KTO trainer, with KTOConfig's weights
+PREFERENCE_LOSS_TYPES = DPO_LOSS_TYPES + REFERENCE_FREE_LOSS_TYPES + (KTO_ALIAS,)
 
 
 @dataclass
-class DPOConfig(TrainConfig):
-    model: str = "tiny"  # p_θ and p_ref start here; for the sentiment task the base model plays the SFT policy
+class PreferenceConfig(TrainConfig):
+    """What every method that learns from preference pairs shares (DPO, KTO, the reward model)."""
+
+    model: str = "tiny"  # where training starts; for the sentiment pairs the base model plays the SFT policy
     pairs: str = "sentiment"  # preference pairs: shipped name, folder of {train,test}.jsonl, .jsonl file or hub name
     steps: int = 100  # 100 x 32 = 1.6 passes over the 2000 shipped pairs
     epochs: float | None = None  # when set, overrides steps: ceil(epochs · n_pairs / batch_size)
-    lr: float = 5e-4
     batch_size: int = 32  # pairs per step (2 x batch_size sequences in one forward)
+    max_length: int | None = None  # tokens per sequence (completions are cut); None = the model's context size
+    eval_every: int = 25
+
+    def validate(self) -> None:
+        super().validate()
+        require_positive(self, "batch_size")
+        if self.epochs is not None:
+            require_positive(self, "epochs")
+        if self.max_length is not None:
+            require_positive(self, "max_length")
+
+
+@dataclass
+class ImplicitRewardConfig(PreferenceConfig):
+    """What DPO and KTO share: a policy p_θ whose implicit reward β log p_θ/p_ref learns the preferences, its
+    reference p_ref, and the sampling evaluation of a pair set that brings one."""
+
+    lr: float = 5e-4
     # β: strength of the implicit KL leash (larger = stay closer to p_ref). Measured on the sentiment task with these
     # defaults: β = 0.5 took held-out sentiment 0.09 -> 0.90 at KL 11 nats; the paper's β = 0.1 reached 0.83 only
     # at KL 24 (lr 5e-4, 50 steps), or 0.79 at KL 15 (lr 1e-4, 200 steps).
     beta: float = 0.5
-    # "sigmoid" (DPO), "ipo", "hinge"; "simpo", "orpo" (no p_ref); "kto" (unpaired examples); β serves all but orpo
+    precompute_ref: bool = False  # compute log p_ref once before training and never hold p_ref in memory
+    eval_prompts: int = 100  # held-out openings sampled at each evaluation (0 = no sampling evaluation)
+    eval_samples: int = 4  # continuations per held-out opening
+    max_new_tokens: int | None = None  # continuation budget of the sampling evaluation; None = the pair set's own
+
+    def validate(self) -> None:
+        super().validate()
+        require_positive(self, "beta", "eval_samples")  # β finite: the losses' own checks let inf through
+        require_non_negative(self, "eval_prompts")
+        if self.max_new_tokens is not None:
+            require_positive(self, "max_new_tokens")
+
+
+@dataclass
+class DPOConfig(ImplicitRewardConfig):
+    # "sigmoid" (DPO), "ipo", "hinge"; "simpo", "orpo" (no p_ref); "kto": the KTO trainer (`python -m minirlhf kto`)
     loss_type: str = choice("sigmoid", PREFERENCE_LOSS_TYPES)
     label_smoothing: float = 0.0  # assumed fraction of flipped labels (conservative DPO), sigmoid only
     # IPO's log-ratios: "sum" over the answer's tokens (the paper's), or "mean" per token (TRL's loss_type="ipo")
@@ -75,37 +99,20 @@ class DPOConfig(TrainConfig):
     rpo_alpha: float = 0.0
     gamma: float = 0.5  # SimPO's target margin γ between the length-normalised rewards
     orpo_lambda: float = 0.1  # ORPO's weight λ of the odds-ratio term on top of the SFT loss
-    kto_desirable_weight: float = 1.0  # KTO's λ_D
-    kto_undesirable_weight: float = 1.0  # KTO's λ_U
-    precompute_ref: bool = False  # compute log p_ref once before training and never hold p_ref in memory
-    max_length: int | None = None  # tokens per sequence (completions are cut); None = the model's context size
-    eval_every: int = 25
-    eval_prompts: int = 100  # held-out openings sampled at each evaluation (0 = no sampling evaluation)
-    eval_samples: int = 4  # continuations per held-out opening
-    max_new_tokens: int = MAX_NEW_TOKENS  # continuation budget of the sampling evaluation
 
     def validate(self) -> None:
         super().validate()
-        require_positive(self, "batch_size", "eval_samples", "max_new_tokens")
-        require_non_negative(self, "eval_prompts")
         require(self, check_label_smoothing, "label_smoothing", "loss_type")
         if self.loss_type in DPO_LOSS_TYPES:
             require(self, check_dpo_options, "beta", "loss_type", "label_smoothing", "ipo_normalisation", "rpo_alpha")
         else:  # simpo / orpo / kto: the losses check β themselves
-            require_positive(self, "beta")
             for name, off in (("ipo_normalisation", "sum"), ("rpo_alpha", 0.0)):
                 if getattr(self, name) != off:
                     raise ValueError(f"DPOConfig.{name}: {getattr(self, name)!r} applies to loss_type "
                                      f"{'|'.join(DPO_LOSS_TYPES)} only, not {self.loss_type!r}")
-        require_positive(self, "beta")  # finite: the losses' own checks let inf through
         require_non_negative(self, "gamma", "orpo_lambda", "rpo_alpha")
-        require_positive(self, "kto_desirable_weight", "kto_undesirable_weight")
         if self.precompute_ref and self.loss_type in REFERENCE_FREE_LOSS_TYPES:
             raise ValueError(f"DPOConfig.precompute_ref: loss_type={self.loss_type!r} has no p_ref to precompute")
-        if self.epochs is not None:
-            require_positive(self, "epochs")
-        if self.max_length is not None:
-            require_positive(self, "max_length")
 
 
 def encode_pairs(tokenizer, pairs: list[PreferencePair], max_length: int | None, device) -> dict[str, torch.Tensor]:
@@ -133,7 +140,7 @@ def pair_lengths(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
 
 
 def preference_loss(
-    config: DPOConfig, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths, rejected_lengths,
+    config: ImplicitRewardConfig, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths, rejected_lengths,
     all_chosen_lengths: torch.Tensor | None = None,
 ):
     """The pairwise loss `config.loss_type` names, from (B,) sequence log-probs and token counts (`all_chosen_lengths`:
@@ -148,8 +155,6 @@ def preference_loss(
         return simpo_loss(chosen, rejected, chosen_lengths, rejected_lengths, config.beta, config.gamma)
     if config.loss_type == "orpo":
         return orpo_loss(chosen, rejected, chosen_lengths, rejected_lengths, config.orpo_lambda)
-    if config.loss_type == "kto":
-        raise ValueError("preference_loss: loss_type='kto' scores unpaired examples (minirlhf.trainers.kto)")
     return dpo_loss(chosen, rejected, ref_chosen, ref_rejected, config.beta, config.loss_type, config.label_smoothing,
                     chosen_lengths=chosen_lengths, rejected_lengths=rejected_lengths,
                     ipo_normalisation=config.ipo_normalisation, rpo_alpha=config.rpo_alpha,
@@ -169,7 +174,9 @@ def all_pair_logps(model, tokenizer, pairs: list[PreferencePair], max_length: in
     return torch.cat(chosen), torch.cat(rejected)
 
 
-def evaluate_preferences(model, tokenizer, ref, data: PreferenceData, test_ref, config: DPOConfig, max_length) -> dict:
+def evaluate_preferences(
+    model, tokenizer, ref, data: PreferenceData, test_ref, config: ImplicitRewardConfig, max_length
+) -> dict:
     """eval/... metrics of p_θ (`held_out_metrics`): `evaluate_implicit_rewards` on the held-out pairs (if any) and,
     when the data has a sampling evaluation (the shipped "sentiment" pairs: VADER), its metrics on continuations
     sampled for held-out prompts, with KL(p_θ || p_ref) on them (when `ref` is in memory)."""
@@ -180,22 +187,24 @@ def evaluate_preferences(model, tokenizer, ref, data: PreferenceData, test_ref, 
                                     ref_chosen=test_ref[0], ref_rejected=test_ref[1], config=config,
                                     max_length=max_length)
     if data.evaluate is not None and config.eval_prompts:
+        budget = {} if config.max_new_tokens is None else {"max_new_tokens": config.max_new_tokens}  # else its own
         metrics |= held_out_metrics(data.evaluate, model, tokenizer, ref_model=ref, n_prompts=config.eval_prompts,
-                                    samples_per_prompt=config.eval_samples, seed=config.seed,
-                                    max_new_tokens=config.max_new_tokens)
+                                    samples_per_prompt=config.eval_samples, seed=config.seed, **budget)
     return metrics
 
 
 @torch.no_grad()
-def evaluate_implicit_rewards(model, tokenizer, pairs, ref_chosen, ref_rejected, config: DPOConfig, max_length=None):
+def evaluate_implicit_rewards(
+    model, tokenizer, pairs, ref_chosen, ref_rejected, config: ImplicitRewardConfig, max_length=None
+):
     """The method's reward (`preference_loss`) on held-out pairs: accuracy (chosen > rejected, a tie counts 1/2),
     margin, loss, and the mean sequence log-probs under p_θ. `ref_*` are log p_ref of the same pairs, (N,) each
     (None for simpo/orpo). KTO, whose loss needs unpaired examples, is scored with DPO's implicit reward
     β log p_θ/p_ref, the reward it learns too, and reports no held-out loss."""
     chosen, rejected = all_pair_logps(model, tokenizer, pairs, max_length)  # the same batched no-grad pass
     lengths = pair_lengths(encode_preference_pairs(tokenizer, pairs, max_length)["response_mask"].to(chosen.device))
-    kto = config.loss_type == "kto"
-    scored = dataclasses.replace(config, loss_type="sigmoid", label_smoothing=0.0) if kto else config
+    kto = not isinstance(config, DPOConfig)
+    scored = DPOConfig(beta=config.beta) if kto else config  # KTO: DPO's sigmoid loss and implicit reward
     losses, r_chosen, r_rejected = preference_loss(scored, chosen, rejected, ref_chosen, ref_rejected, *lengths)
     return {
         **({} if kto else {"loss": losses.mean().item()}),
@@ -208,73 +217,93 @@ def evaluate_implicit_rewards(model, tokenizer, pairs, ref_chosen, ref_rejected,
 
 @dataclass
 class PreferenceStart:
-    """What a DPO-family trainer starts from (`start_preference`)."""
+    """What a preference run starts from (`preference_start`), before p_ref is settled and the run begins."""
 
     data: PreferenceData
-    config: DPOConfig  # as the runtime adjusted it
+    config: PreferenceConfig  # as the processes adjusted it
     runtime: Runtime
-    model: nn.Module  # p_θ, dropout off, in eval mode (p_ref is settled next)
-    tokenizer: object
+    model: nn.Module  # what is trained (p_θ, or the reward model), in eval mode until the loop starts
+    tokenizer: Any
     rng: random.Random  # shuffles the training order
-    max_length: int | None  # tokens per sequence: config.max_length, else the model's context size
+    max_length: int  # tokens per sequence: config.max_length, else the model's context size
     steps: int  # config.steps, or ceil(epochs · n_pairs / batch_size)
 
 
-def start_preference(data, config: DPOConfig, model=None, tokenizer=None, kto: bool = False) -> PreferenceStart:
-    """The first half of the preamble DPO and KTO share: the loss type checked against the trainer (`kto`: KTO's
-    unpaired examples, else pairs), the pairs (`config.pairs` when `data` is None), runtime, seeds, p_θ with dropout
-    off (p_θ and p_ref must give identical log-probs for identical weights), the context size, every pair checked
-    against it (long completions are cut, with a warning), and epochs -> steps."""
-    if kto and config.loss_type != "kto":
-        raise ValueError(f"train_kto needs DPOConfig(loss_type='kto'), got loss_type={config.loss_type!r}")
-    if not kto and config.loss_type == "kto":
-        raise ValueError("train_dpo: loss_type='kto' learns from unpaired examples: use trainers.kto.train_kto")
+def preference_start(
+    data: PreferenceData | list[PreferencePair] | str | None, config: PreferenceConfig,
+    load: Callable[[PreferenceConfig], tuple[nn.Module, Any]], rows_per_pair: int = 1,
+) -> PreferenceStart:
+    """The preamble the preference trainers share: the pairs (`config.pairs` when `data` is None; a shipped set
+    brings its sampling evaluation), the run's start (`run.begin`: a resume held to its data, the processes, the
+    seeds), the model (`load(config)`), the context size, every pair checked against it (long completions are cut,
+    with a warning), and epochs -> steps, every batch checked to share out equally over the processes
+    (`rows_per_pair`: KTO draws its 2N examples, 2 x batch_size at a time)."""
     data = shipped_preference_data(config.pairs if data is None else data)
-    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
-    set_seed(config.seed)
+    runtime, config = begin(config)
     rng = random.Random(config.seed)
-    model, tokenizer = load_policy(config, model, tokenizer)
-    disable_dropout(model)
-    max_length = config.max_length or context_size(model)  # None = the context size
+    model, tokenizer = load(config)
+    max_length = config.max_length or context_size(model)
     check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
     steps = config.steps if config.epochs is None else math.ceil(config.epochs * len(data.train) / config.batch_size)
-    # every batch drawn must give each process a row (KTO draws 2 x batch_size of its 2N examples)
-    if kto:
-        runtime.check_epoch(2 * len(data.train), 2 * config.batch_size, steps, "DPOConfig.batch_size (x 2 for KTO)")
-    else:
-        runtime.check_epoch(len(data.train), config.batch_size, steps, "DPOConfig.batch_size")
+    runtime.check_epoch(rows_per_pair * len(data.train), rows_per_pair * config.batch_size, steps,
+                        f"{type(config).__name__}.batch_size" + (f" (x {rows_per_pair})" if rows_per_pair > 1 else ""))
     model.eval()
     return PreferenceStart(data, config, runtime, model, tokenizer, rng, max_length, steps)
 
 
-def settle_reference(s: PreferenceStart, precompute: Callable[[nn.Module], Any], copy: bool = True):
+def policy_loader(model: nn.Module | None, tokenizer) -> Callable[[PreferenceConfig], tuple[nn.Module, Any]]:
+    """p_θ for DPO and KTO: the model given, or config.model, with dropout off (p_θ and p_ref must give identical
+    log-probs for identical weights)."""
+    def load(config: PreferenceConfig) -> tuple[nn.Module, Any]:
+        policy, policy_tokenizer = load_policy(config, model, tokenizer)
+        disable_dropout(policy)
+        return policy, policy_tokenizer
+
+    return load
+
+
+def settle_reference(start: PreferenceStart, precompute: Callable[[nn.Module], Any], copy: bool = True):
     """p_ref, settled before the first update, as (frozen copy or None, precomputed log-probs or None). p_ref never
     changes: with config.precompute_ref, `precompute(p_θ)` scores every training example now, while p_θ is still
     p_ref (in the run's precision, without autograd), and no copy is kept (one model in memory instead of two);
     otherwise a frozen copy scores each batch, made when `copy` (the loss or the sampled evaluation reads it)."""
-    if s.config.precompute_ref:
-        with torch.inference_mode(), s.runtime.autocast():
-            return None, precompute(s.model)
-    return (frozen_copy(s.model) if copy else None), None
+    if start.config.precompute_ref:
+        with torch.inference_mode(), start.runtime.autocast():
+            return None, precompute(start.model)
+    return (frozen_copy(start.model) if copy else None), None
 
 
-def preference_run(s: PreferenceStart, ref: nn.Module | None, callbacks=()) -> tuple[Run, nn.Module]:
-    """The second half, once p_ref is settled (`ref`: the frozen copy, or None): log p_ref of the held-out pairs
-    (scored once: p_ref is fixed), the held-out evaluation, AdamW, and the `Run`. Returns the run and the model the
-    update runs through (DDP-wrapped under several processes); p_θ is left in training mode."""
-    test_ref = (None, None)
-    if s.data.test and s.config.eval_every and s.config.loss_type not in REFERENCE_FREE_LOSS_TYPES:
-        test_ref = all_pair_logps(s.model, s.tokenizer, s.data.test, s.max_length)
+class PreferenceRun(Run):
+    """The run of a preference method: the `Run`, with the data, the model (and what its update runs through) and
+    the shuffled batches of the epoch (`batch`; the order left is kept in checkpoints)."""
 
-    def evaluate() -> dict[str, float]:
-        return evaluate_preferences(s.model, s.tokenizer, ref, s.data, test_ref, s.config, s.max_length)
+    def __init__(self, start: PreferenceStart, evaluate: Callable[[], dict[str, float]] | None, callbacks=(),
+                 folder: str = "model"):
+        self.data, self.model, self.tokenizer = start.data, start.model, start.tokenizer
+        self.rng, self.max_length, self.total_steps, self.folder = start.rng, start.max_length, start.steps, folder
+        optimizer = make_optimizer(start.model.parameters(), start.config.lr)
+        self.train_model = start.runtime.prepare(start.model)  # DDP-wrapped under several processes
+        super().__init__(start.config, start.runtime, optimizer, start.model.parameters(), {"order": start.rng},
+                         evaluate, callbacks, model=start.model)
+        self.order: list[int] = self.loop_state.get("order", [])  # rows of this epoch not yet used
+        self.model.train()
 
-    optimizer = make_optimizer(s.model.parameters(), s.config.lr)
-    train_model = s.runtime.prepare(s.model)
-    run = Run(s.config, s.runtime, optimizer, s.model.parameters(), {"order": s.rng}, evaluate, callbacks,
-              model=s.model)
-    s.model.train()
-    return run, train_model
+    def steps(self, desc: str, total: int | None = None):
+        return super().steps(desc, total or self.total_steps)
+
+    def batch(self, n: int, size: int) -> list[int]:
+        """This process's share (all of it on one process) of the next `size` of the n rows, from this epoch's
+        shuffled order (a fresh shuffle once it is used up)."""
+        rows, self.order = next_rows(self.order, size, n, self.rng, self.runtime)
+        return rows
+
+    def log(self, step: int, metrics: dict[str, Any], **loop_state: Any) -> None:
+        super().log(step, metrics, order=self.order, **loop_state)
+
+    def finish(self) -> Path | None:
+        """The final evaluation and the saved model (`Run.finish`); the model is left in eval mode."""
+        self.model.eval()
+        return super().finish(self.model, self.tokenizer, self.total_steps, self.folder)
 
 
 def next_rows(
@@ -287,9 +316,16 @@ def next_rows(
     return runtime.shard([order.pop() for _ in range(min(size, len(order)))]), order
 
 
-def finish_preference(s: PreferenceStart, run: Run):
-    """The end of a preference run: the final evaluation and the saved policy (`Run.finish`), p_θ left in eval
-    mode. Returns (model, tokenizer, history)."""
-    run.finish(s.model, s.tokenizer, s.steps)  # the final policy, after the last update
-    s.model.eval()
-    return s.model, s.tokenizer, run.history
+def implicit_reward_run(start: PreferenceStart, ref: nn.Module | None, callbacks=()) -> PreferenceRun:
+    """The run of DPO or KTO once p_ref is settled (`ref`: the frozen copy, or None): log p_ref of the held-out
+    pairs (scored once: p_ref is fixed), the held-out evaluation (`evaluate_preferences`), the `PreferenceRun`."""
+    test_ref = (None, None)
+    if start.data.test and start.config.eval_every and getattr(start.config, "loss_type", None) \
+            not in REFERENCE_FREE_LOSS_TYPES:
+        test_ref = all_pair_logps(start.model, start.tokenizer, start.data.test, start.max_length)
+
+    def evaluate() -> dict[str, float]:
+        return evaluate_preferences(start.model, start.tokenizer, ref, start.data, test_ref, start.config,
+                                    start.max_length)
+
+    return PreferenceRun(start, evaluate, callbacks)

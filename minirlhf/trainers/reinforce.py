@@ -31,13 +31,13 @@ from minirlhf.losses import (
     rloo_advantages,
 )
 from minirlhf.tasks import Task
-from minirlhf.trainers.common import choice, require
+from minirlhf.trainers.config import choice, require
 from minirlhf.trainers.online import (
     OnlineConfig,
     diagnose,
     experience_metrics,
+    online_run,
     policy_logprobs,
-    start_online,
 )
 
 BASELINES = ("none", "ema", "rloo", "reinforce++", "reinforce++-baseline")
@@ -65,32 +65,31 @@ def train_reinforce(
     task: Task | None = None, config: ReinforceConfig | None = None, model=None, tokenizer=None, callbacks=()
 ):
     """Train p_θ with REINFORCE (+ baseline) on `task`. Returns (model, tokenizer, history)."""
-    # The set-up CleanRL writes at the top of each script lives in one place, `online.start_online`: the task
-    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the DDP-wrapped model,
-    # the held-out evaluation and `Run` (logging, checkpoints, resume). `s.collect()` samples this process's share
-    # of a batch, `s.minibatches()` orders it, and `run.update(loss, over=...)` weighs the loss by that share.
-    s = start_online(task, config or ReinforceConfig(), model, tokenizer, callbacks)
-    config, runtime, run, model = s.config, s.runtime, s.run, s.model
+    # The set-up CleanRL writes at the top of each script lives in one place, `online.online_run`: the task
+    # (config.task when none is given), device and processes, seeds, p_θ and p_ref, AdamW, the held-out evaluation
+    # and the checkpoints. `run.collect()` samples a batch (gathered whole: the advantages see every row), and
+    # `run.minibatches(exp)` hands this process its own rows of it.
+    run = online_run(task, config or ReinforceConfig(), model, tokenizer, callbacks)
+    config = run.config
     ema = run.loop_state.get("ema")  # the moving-average baseline b (baseline="ema")
     # REINFORCE++'s advantages are per token, averaged over the real tokens; the others sum over a sequence
     aggregation = "token-mean" if config.baseline in PER_TOKEN_BASELINES else "seq-sum"
 
     for step in run.steps(f"reinforce[{config.baseline}]"):
         metrics = run.evaluate(step)
-        exp = s.collect()
-        metrics |= experience_metrics(exp, runtime)
+        exp = run.collect()
+        metrics |= experience_metrics(exp)
         if config.group_size > 1:  # the share of groups whose G rewards are all equal (as GRPO logs it)
             metrics["zero_std_groups"] = zero_std_groups(exp.rewards, config.group_size)
         if config.baseline in PER_TOKEN_BASELINES:
-            # REINFORCE++: Â_i,t from the k1-shaped per-token rewards, standardised over the global batch  (B, N)
-            ref_logp = runtime.gather(exp.ref_logp) if exp.ref_logp is not None else None
+            # REINFORCE++: Â_i,t from the k1-shaped per-token rewards, standardised over the batch  (B, N)
             advantages = reinforce_plus_plus_advantages(
-                runtime.gather(exp.rewards), runtime.gather(exp.mask), runtime.gather(exp.old_logp), ref_logp,
-                beta=config.beta, group_size=config.group_size if config.baseline == "reinforce++-baseline" else None,
+                exp.rewards, exp.mask, exp.old_logp, exp.ref_logp, beta=config.beta,
+                group_size=config.group_size if config.baseline == "reinforce++-baseline" else None,
             )
         else:
-            # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees, over the global batch  (B,)
-            shaped = runtime.gather(kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, config.beta))
+            # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees  (B,)
+            shaped = kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, config.beta)
             # Â = R' - b
             if config.baseline == "rloo":
                 advantages = rloo_advantages(shaped, config.group_size)  # b_i = mean of the other G - 1 rewards
@@ -99,23 +98,23 @@ def train_reinforce(
                 advantages = shaped - ema
             else:
                 advantages = shaped
-        # their std over the global batch (over its real tokens for REINFORCE++)
-        metrics["advantage_std"] = advantages[runtime.gather(exp.mask).bool()].std().item() \
+        # their std over the batch (over its real tokens for REINFORCE++)
+        metrics["advantage_std"] = advantages[exp.mask.bool()].std().item() \
             if advantages.dim() == 2 else advantages.std().item()
-        advantages = runtime.local(advantages)  # this process's rows
 
-        model.train()
+        run.model.train()
         if config.debug:
-            metrics |= diagnose(model, exp, config, group_advantages=advantages if config.baseline == "rloo" else None)
-        for rows in s.minibatches():
-            with runtime.autocast():
-                logp, entropy = policy_logprobs(s.train_model, exp, rows, config.temperature)  # (b, N)
+            metrics |= diagnose(run.model, exp, config,
+                                group_advantages=advantages if config.baseline == "rloo" else None)
+        for rows in run.minibatches(exp):
+            with run.autocast():
+                logp, entropy = policy_logprobs(run.train_model, exp, rows, config.temperature)  # (b, N)
             # -E[Â · log p_θ(y|x)]; REINFORCE++: -mean over real tokens of Â_i,t log p_θ(y_t|..)
             loss = reinforce_loss(logp, advantages[rows], exp.mask[rows], aggregation)
             loss, grad_norm = run.update(loss, over=exp.mask[rows], aggregation=aggregation)
             run.add(loss=loss, grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
-        model.eval()
+        run.model.eval()
         run.log(step, metrics, ema=ema)
 
-    run.finish(model, s.tokenizer)
-    return model, s.tokenizer, run.history
+    run.finish()
+    return run.model, run.tokenizer, run.history

@@ -15,8 +15,6 @@ added to every score changes nothing. The head starts at zero, so every pair sta
 
 from __future__ import annotations
 
-import json
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,29 +23,12 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
 
-from minirlhf.data import (
-    PreferenceData,
-    PreferencePair,
-    check_pair_lengths,
-    encode_preference_pairs,
-    encode_prompt_completion,
-    preference_data,
-)
-from minirlhf.distributed import setup_runtime
+from minirlhf.data import PreferenceData, PreferencePair, encode_preference_pairs, encode_prompt_completion
 from minirlhf.logprobs import position_ids_from_mask
 from minirlhf.losses import bradley_terry_loss, pair_accuracy
 from minirlhf.models import ValueHead, context_size, eval_mode, load_model, load_tokenizer
-from minirlhf.trainers.checkpoint import release_run_folder
-from minirlhf.trainers.common import (
-    Run,
-    TrainConfig,
-    held_out_metrics,
-    make_optimizer,
-    require_positive,
-    set_seed,
-)
-from minirlhf.trainers.manifest import record_files
-from minirlhf.trainers.preference import next_rows
+from minirlhf.trainers.preference import PreferenceConfig, PreferenceRun, preference_start
+from minirlhf.trainers.run import held_out_metrics
 
 HEAD_FILE = "reward_head.safetensors"
 
@@ -132,20 +113,10 @@ class RewardModel(nn.Module):
 
 
 @dataclass
-class RewardModelConfig(TrainConfig):
-    model: str = "tiny"  # the backbone: for the sentiment task the base model (the SFT-policy analogue)
-    pairs: str = "sentiment"  # preference pairs: shipped name, folder of {train,test}.jsonl, .jsonl file or hub name
+class RewardModelConfig(PreferenceConfig):
+    # model: the backbone; for the sentiment pairs the base model (the SFT-policy analogue)
     steps: int = 150  # 150 x 32 = 2.4 passes over the 2000 shipped pairs
     lr: float = 1e-3
-    batch_size: int = 32  # pairs per step (2 x batch_size sequences in one forward)
-    max_length: int | None = None  # tokens per sequence; None = the model's context size
-    eval_every: int = 25
-
-    def validate(self) -> None:
-        super().validate()
-        require_positive(self, "batch_size")
-        if self.max_length is not None:
-            require_positive(self, "max_length")
 
 
 def pair_scores(
@@ -193,34 +164,25 @@ def train_reward_model(
     first and after the last update), `eval/accuracy` etc. on the held-out pairs. With `config.out_dir`, the model
     is saved there with `RewardModel.save` (folder `reward_model/`).
     """
-    config = config or RewardModelConfig()
-    data = preference_data(config.pairs if data is None else data)
-    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
-    set_seed(config.seed)
-    reward_model = model or RewardModel.from_pretrained_lm(config.model, device=config.device)
-    tokenizer = tokenizer or reward_model.tokenizer
-    max_length = config.max_length or context_size(reward_model)
-    check_pair_lengths(tokenizer, list(data.train) + list(data.test or []), max_length)
-    runtime.check_epoch(len(data.train), config.batch_size, config.steps, "RewardModelConfig.batch_size")
-    optimizer = make_optimizer(reward_model.parameters(), config.lr)
-    train_model = runtime.prepare(reward_model)  # what the update runs through: DDP-wrapped under several processes
-    rng = random.Random(config.seed)
+    # The preamble the preference trainers share (`preference.preference_start`): the pairs, the run's start
+    # (processes, seeds), the reward model (dropout on), the context size and the length check, epochs -> steps.
+    # `run.batch` draws this process's share of a batch, and `run.update(loss, over=...)` weighs the loss by it.
+    def load(config: RewardModelConfig) -> tuple[RewardModel, PreTrainedTokenizerBase]:
+        reward_model = model or RewardModel.from_pretrained_lm(config.model, device=config.device)
+        return reward_model, tokenizer or reward_model.tokenizer
+
+    start = preference_start(data, config or RewardModelConfig(), load)
+    config, data, max_length = start.config, start.data, start.max_length
 
     def evaluate() -> dict[str, float]:
-        return held_out_metrics(evaluate_pairs, reward_model, tokenizer, pairs=data.test, max_length=max_length)
+        return held_out_metrics(evaluate_pairs, start.model, start.tokenizer, pairs=data.test, max_length=max_length)
 
-    run = Run(config, runtime, optimizer, reward_model.parameters(), {"order": rng}, evaluate if data.test else None,
-              callbacks, model=reward_model)
-    order: list[int] = run.loop_state.get("order", [])  # pairs of this epoch not yet used
-
-    reward_model.train()
+    run = PreferenceRun(start, evaluate if data.test else None, callbacks, folder="reward_model")
     for step in run.steps("reward model"):
         metrics = run.evaluate(step)
-        # this process's share of the next global batch, from a fresh shuffle every epoch
-        rows, order = next_rows(order, config.batch_size, len(data.train), rng, runtime)
-        batch = [data.train[i] for i in rows]
-        with runtime.autocast():
-            chosen, rejected = pair_scores(train_model, tokenizer, batch, max_length)  # (B,), (B,) float32
+        batch = [data.train[i] for i in run.batch(len(data.train), config.batch_size)]  # this process's share
+        with run.autocast():
+            chosen, rejected = pair_scores(run.train_model, run.tokenizer, batch, max_length)  # (B,), (B,) float32
         loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
         loss, grad_norm = run.update(loss, over=len(batch))  # a mean over this process's pairs
         metrics |= {
@@ -229,12 +191,6 @@ def train_reward_model(
             "margin": (chosen - rejected).mean().item(),
             "grad_norm": grad_norm.item(),
         }
-        run.log(step, metrics, order=order)
-    reward_model.eval()
-    run.finish()  # the held-out metrics of the final model; it is saved below, as a RewardModel
-    if config.out_dir is not None:
-        record_files(config.out_dir, "reward_model", "config.json")
-        reward_model.save(Path(config.out_dir) / "reward_model")
-        (Path(config.out_dir) / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
-        release_run_folder(config.out_dir)
-    return reward_model, tokenizer, run.history
+        run.log(step, metrics)
+    run.finish()  # the held-out metrics of the final model, saved as a RewardModel (folder reward_model/)
+    return run.model, run.tokenizer, run.history

@@ -10,25 +10,14 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 
 from minirlhf.data import SFTData, check_example_lengths, encode_prompt_completion
-from minirlhf.distributed import setup_runtime
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import masked_mean
 from minirlhf.models import context_size
 from minirlhf.tasks.registry import resolve_sft_data
-from minirlhf.trainers.common import (
-    Run,
-    TrainConfig,
-    held_out_metrics,
-    load_policy,
-    make_optimizer,
-    require_positive,
-    require_same_task,
-    set_seed,
-    spelled,
-)
+from minirlhf.trainers.config import TrainConfig, require_positive, with_metavar
+from minirlhf.trainers.run import Run, begin, held_out_metrics, load_policy, make_optimizer
 
 
 @dataclass
@@ -39,11 +28,9 @@ class SFTConfig(TrainConfig):
     batch_size: int = 64  # (prompt, completion) pairs per step
     # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped name
     # (arithmetic) or a module:function / path.py:function of yours that returns an SFTData; None = arithmetic
-    task: str | None = spelled(None, "arithmetic|module:function|path.py:function")
+    task: str | None = with_metavar(None, "arithmetic|module:function|path.py:function")
     # your demonstrations instead: a FILE.jsonl or a dataset name, one object per row with "prompt" and "completion"
-    prompts: str | None = spelled(None, "FILE.jsonl|dataset-name")
-
-    task_fields: ClassVar[tuple[str, ...]] = ("task", "prompts")
+    prompts: str | None = with_metavar(None, "FILE.jsonl|dataset-name")
 
     def validate(self) -> None:
         super().validate()
@@ -61,29 +48,27 @@ def train_sft(
     `arithmetic.sft_data()`), a plain list of pairs (no evaluation), or None: what config.task / config.prompts
     name (`tasks.registry.resolve_sft_data`). Returns (model, tokenizer, history)."""
     config = config or SFTConfig()
-    require_same_task(config)
     if data is None:
         data = resolve_sft_data(config)
     data = data if isinstance(data, SFTData) else SFTData(list(data))
     if len(data.examples) == 0:
         raise ValueError("SFTData.examples is empty: SFT needs at least one (prompt, completion) pair")
-    runtime, config = setup_runtime(config)  # device, precision, this process's share (minirlhf.distributed)
-    set_seed(config.seed)  # the global torch generator drives dropout (left on in SFT)
+    runtime, config = begin(config)  # a resume held to its data, the processes, the seeds (dropout stays on in SFT)
     model, tokenizer = load_policy(config, model, tokenizer)
     check_example_lengths(tokenizer, data.examples, context_size(model), data.sources)  # all of them, before step 0
     device = next(model.parameters()).device
-    optimizer = make_optimizer(model.parameters(), config.lr)
-    train_model = runtime.prepare(model)  # what the update runs through: DDP-wrapped under several processes
     rng = random.Random(config.seed)
     evaluate = (lambda: held_out_metrics(data.evaluate, model, tokenizer)) if data.evaluate else None
-    run = Run(config, runtime, optimizer, model.parameters(), {"examples": rng}, evaluate, callbacks, model=model)
+    run = Run(config, runtime, make_optimizer(model.parameters(), config.lr), model.parameters(), {"examples": rng},
+              evaluate, callbacks, model=model)
+    train_model = run.prepare(model)  # what the update runs through: DDP-wrapped under several processes
     model.train()
     for step in run.steps("sft"):
         metrics = run.evaluate(step)
-        pairs = runtime.shard([rng.choice(data.examples) for _ in range(config.batch_size)])  # this process's share
+        pairs = run.local([rng.choice(data.examples) for _ in range(config.batch_size)])  # this process's share
         prompts, completions = zip(*pairs)
         batch = {k: v.to(device) for k, v in encode_prompt_completion(tokenizer, prompts, completions).items()}
-        with runtime.autocast():
+        with run.autocast():
             logp = response_logprobs(train_model, **batch)  # (B, T) log p_θ(y_t | x, y_<t) on completion tokens
         # L_SFT = -(1/|y|) Σ_t log p_θ(y_t | x, y_<t), the token mean over the (global) batch
         loss, grad_norm = run.update(-masked_mean(logp, batch["response_mask"]), over=batch["response_mask"])

@@ -46,11 +46,10 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from minirlhf.errors import CheckpointDamaged, UserError
-from minirlhf.trainers.guard import NonFiniteError, check_weights, nonfinite_parameters
-from minirlhf.trainers.manifest import (
+from minirlhf.trainers.run.guard import NonFiniteError, check_weights, nonfinite_parameters
+from minirlhf.trainers.run.manifest import (
     MANIFEST_FILE,
     RUN_FILES,
-    check_same_run,
     fields_problem,
     kind,
     new_manifest,
@@ -135,7 +134,8 @@ class Checkpointer:
         _check_own_folder(self.config.resume, self.config.out_dir)
         restored = self.restore(checkpoint, state)  # the checkpoint's own checks (method, config, weights) first
         manifest = _manifest_of_own_run(checkpoint, own, state.get("run_id"))  # then the run's: before any write
-        check_same_run(manifest, self.config.to_dict(), method, own)
+        if manifest["method"] != method:
+            raise UserError(f"{own / MANIFEST_FILE}: the run is a {manifest['method']} run; this run is a {method}")
         _move_newer_aside(checkpoint, state["step"], own, manifest)
         self.run_id = manifest["run_id"]
         return restored
@@ -248,6 +248,14 @@ def saved_config(resume: str | os.PathLike) -> dict[str, Any]:
     path = find_checkpoint(resume)
     check_intact(path)
     return json.loads((path / STATE_FILE).read_text())["config"]
+
+
+def recorded_data(resume: str | os.PathLike) -> dict[str, Any]:
+    """What the run of the checkpoint `resume` points to learned from, as `manifest.check_same_data` reads it: its
+    manifest's data and fingerprints, or (a run folder without a manifest) the data fields of the checkpoint's
+    config, without fingerprints."""
+    found = read_manifest(run_folder(resume))
+    return found if found is not None else {"data": saved_config(resume), "fingerprints": {}}
 
 
 def checkpoint_problem(path: Path, modules: list[str] | None = None) -> str | None:
@@ -429,7 +437,7 @@ def _move_newer_aside(checkpoint: Path, step: int, own: Path, manifest: dict[str
         os.replace(path, aside / path.name)
     if (own / "metrics.jsonl").is_file():
         shutil.copy2(own / "metrics.jsonl", aside / "metrics.jsonl")  # the resumed run rewrites its own
-    for name in ("model", "reward_model", "config.json"):
+    for name in ("model", "reward_model", "value_head.safetensors", "config.json"):
         if name in manifest["files"] and (own / name).exists():
             os.replace(own / name, aside / name)
             manifest["files"].remove(name)

@@ -28,17 +28,24 @@ from typing import Any
 
 from minirlhf.data import PREFERENCE_DATASETS
 from minirlhf.errors import CheckpointDamaged, UserError
+from minirlhf.tasks.registry import DEFAULT_TASK
 
 MANIFEST_FILE = "run.json"  # inside out_dir
 # every name a run may write into its out_dir (and so the only names `files` may list, and --overwrite delete)
-RUN_FILES = (MANIFEST_FILE, "metrics.jsonl", "config.json", "model", "reward_model", "checkpoints")
-# config fields that name what a run learns from (house v3 adds task / prompts / reward / reward_weights)
+RUN_FILES = (MANIFEST_FILE, "metrics.jsonl", "config.json", "model", "reward_model", "value_head.safetensors",
+             "checkpoints")
+# the config fields that name what a run learns from: the one list (a config has those of its wing)
 DATA_FIELDS = ("pairs", "task", "prompts", "reward", "reward_weights")
 
 
 def data_identity(config_dict: dict[str, Any]) -> dict[str, Any]:
-    """The config's data fields (those it has) and their values."""
-    return {name: config_dict[name] for name in DATA_FIELDS if name in config_dict}
+    """What a run learns from: the config's data fields (those it has) and their values, with the default task
+    spelled out (a config with a task field that names no task and no prompts learns from DEFAULT_TASK). Two runs
+    learn from the same data exactly when these are equal (data files compared by absolute path)."""
+    identity = {name: config_dict[name] for name in DATA_FIELDS if name in config_dict}
+    if "task" in identity and identity["task"] is None and not identity.get("prompts"):
+        identity["task"] = DEFAULT_TASK
+    return absolute_data_paths(identity)
 
 
 def fingerprints(data: dict[str, Any]) -> dict[str, str]:
@@ -171,23 +178,23 @@ def record_files(out_dir: str | os.PathLike | None, *names: str) -> None:
         write_manifest(out_dir, manifest)
 
 
-def check_same_run(manifest: dict[str, Any], config_dict: dict[str, Any], method: str, where: Path) -> None:
-    """A resumed run must be the run of the manifest: same method, same data, the data files unchanged."""
-    if manifest["method"] != method:
-        raise UserError(f"{where / MANIFEST_FILE}: the run is a {manifest['method']} run; this run is a {method}")
-    data, before = absolute_data_paths(data_identity(config_dict)), absolute_data_paths(manifest["data"])
-    if data != before:  # the same file named relatively or absolutely is the same data
+def check_same_data(recorded: dict[str, Any], config_dict: dict[str, Any], where: str) -> None:
+    """A resumed run learns from what its run learned from: the same `data_identity`, and every data file the run
+    fingerprinted unchanged. `recorded`: {"data": ..., "fingerprints": ...} of the run (its manifest's, or the
+    checkpoint's config for a run without one); `where` names the run in the error."""
+    data, before = data_identity(config_dict), data_identity(recorded["data"])
+    if data != before:
         changed = "; ".join(f"{k}: {before.get(k)!r} -> {data.get(k)!r}"
                             for k in sorted(set(data) | set(before)) if data.get(k) != before.get(k))
-        raise UserError(f"{where / MANIFEST_FILE}: the run learns from other data ({changed}); resume with the run's "
-                        f"own data, or start a new run")
+        raise UserError(f"{where}: the run learns from other data ({changed}); a resume continues on its own data: "
+                        "drop --task/--prompts/--reward/--pairs, or start a new run")
     now = fingerprints(data)
-    for key, saved in manifest["fingerprints"].items():
+    for key, saved in recorded["fingerprints"].items():
         if now.get(key) != saved:
             state = ("is missing" if key not in now
                      else f"changed since the run started ({saved[:19]}... -> {now[key][:19]}...)")
-            raise UserError(f"{where / MANIFEST_FILE}: data file {key}={_lookup(data, key)!r} {state}; resume with "
-                            f"the run's own data, or start a new run")
+            raise UserError(f"{where}: data file {key}={_lookup(data, key)!r} {state}; resume with the run's own "
+                            "data, or start a new run")
 
 
 def _lookup(data: dict[str, Any], key: str) -> Any:

@@ -20,12 +20,12 @@ from minirlhf.distributed import Runtime, is_main_process, launched_processes, s
 from minirlhf.errors import UserError
 from minirlhf.losses import AGGREGATIONS, aggregate
 from minirlhf.models import hub_reachable
-from minirlhf.trainers.checkpoint import Checkpointer, release_run_folder
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
-from minirlhf.trainers.kto import train_kto
+from minirlhf.trainers.kto import KTOConfig, train_kto
 from minirlhf.trainers.preference import next_rows, preference_loss
 from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
+from minirlhf.trainers.run.checkpoint import Checkpointer, release_run_folder
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
 
@@ -135,8 +135,7 @@ def pairs(n: int):
     (lambda out: train_dpo(pairs(9), DPOConfig(batch_size=4, steps=3, out_dir=out)),
      r"DPOConfig.batch_size=4 over 9 rows draws a batch of 1"),
     (lambda out: train_dpo(pairs(9), DPOConfig(batch_size=4, epochs=1, out_dir=out)), r"draws a batch of 1"),
-    (lambda out: train_kto(pairs(8), DPOConfig(loss_type="kto", batch_size=3, out_dir=out)),
-     r"DPOConfig.batch_size=3 must"),
+    (lambda out: train_kto(pairs(8), KTOConfig(batch_size=3, out_dir=out)), r"KTOConfig.batch_size=3 must"),
     (lambda out: train_reward_model(pairs(9), RewardModelConfig(batch_size=4, steps=3, out_dir=out)),
      r"RewardModelConfig.batch_size=4 over 9 rows draws a batch of 1"),
     (lambda out: train_grpo(config=GRPOConfig(prompts_per_step=3, out_dir=out)), r"prompts_per_step=3 must"),
