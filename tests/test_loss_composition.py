@@ -169,3 +169,10 @@ def test_the_constant_threshold_never_changes_the_divisor(seed, spreads, G, floo
     b = grpo_advantages(rewards, G, scale=scale, eps=eps_b, std_floor=floor).view(-1, G)
     both = R.std(1) >= max(eps_a, eps_b)  # groups neither threshold calls constant
     assert torch.equal(a[both], b[both]) and torch.equal(a[both], expected[both])
+
+
+@pytest.mark.parametrize("name", ["eps", "std_floor"])
+@pytest.mark.parametrize("value", [0.0, -1e-4, float("inf"), float("nan")])
+def test_a_bad_threshold_or_floor_is_named(name, value):
+    with pytest.raises(ValueError, match=rf"^{name} must be > 0"):
+        grpo_advantages(torch.tensor([0.0, 1.0, 1.0, 1.0]), 2, **{name: value})
