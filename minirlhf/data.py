@@ -38,13 +38,21 @@ def encode_prompt_completion(
 ) -> dict[str, torch.Tensor]:
     """Tokenise prompt and completion separately (so the boundary is exact) and lay them out as
     [pad.. prompt | completion EOS ..pad]. With `max_length`, completions are truncated from the right
-    (the prompt is never cut); a prompt alone longer than max_length is an error."""
+    (the prompt is never cut); a prompt alone longer than max_length is an error. A tokenizer without a pad token
+    (GPT-2's own) pads with its EOS token: the masks, built from lengths, say which positions are padding."""
     if len(prompts) != len(completions):
         raise ValueError(f"prompts and completions differ in length: {len(prompts)} != {len(completions)}")
     if len(prompts) == 0:
         raise ValueError("no examples to encode: prompts and completions are empty")
     prompt_ids = tokenizer(list(prompts), add_special_tokens=False)["input_ids"]
     completion_ids = tokenizer(list(completions), add_special_tokens=False)["input_ids"]
+    if add_eos and tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no EOS token to end the completions with: set tokenizer.eos_token, "
+                         "or pass add_eos=False")
+    pad = tokenizer.eos_token_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
+    if pad is None:
+        raise ValueError("the tokenizer has neither a pad token nor an EOS token to pad the rows with: set "
+                         "tokenizer.pad_token")
     eos = [tokenizer.eos_token_id] if add_eos else []
     completion_ids = [ids + eos for ids in completion_ids]
     if max_length is not None:
@@ -57,7 +65,6 @@ def encode_prompt_completion(
         completion_ids = [c[: max_length - len(p)] for p, c in zip(prompt_ids, completion_ids)]
     P = max(map(len, prompt_ids))
     R = max(map(len, completion_ids))
-    pad = tokenizer.pad_token_id
     input_ids, attention, response = [], [], []
     for p, c in zip(prompt_ids, completion_ids):
         left, right = P - len(p), R - len(c)

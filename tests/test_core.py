@@ -1,5 +1,6 @@
 """The shared core: loading, per-token log-probs under padding, sampling, masks and bad arguments."""
 
+import copy
 import shutil
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.activations import GELUTanh
 
-from minirlhf.data import encode_preference_pairs, load_preference_pairs
+from minirlhf.data import encode_preference_pairs, encode_prompt_completion, load_preference_pairs
 from minirlhf.logprobs import (
     forward_logits,
     logprobs_on_response,
@@ -99,6 +100,30 @@ def test_padding_never_changes_a_logprob(tiny):
     assert torch.all(logp[~resp.bool()] == 0)
     seq = sequence_logprobs(logp, resp)
     torch.testing.assert_close(seq, seq[0].expand_as(seq), atol=1e-5, rtol=0)
+
+
+def test_a_tokenizer_without_a_pad_token_pads_with_eos(tiny):
+    """GPT-2's own tokenizer has no pad token: rows of different lengths are padded with EOS, the masks (built from
+    lengths) are those of the padded tokenizer, and no log-prob changes. Without EOS either, the error says what to
+    set."""
+    model, tokenizer = tiny
+    no_pad = copy.deepcopy(tokenizer)
+    no_pad.pad_token = None
+    assert no_pad.pad_token_id is None
+    prompts, completions = ["The plot was", "I watched this film and"], [" slow, but I loved it.", " no."]
+    padded, bare = (encode_prompt_completion(t, prompts, completions) for t in (tokenizer, no_pad))
+    real = padded["attention_mask"].bool()
+    assert not real.all()  # the rows differ in length: there is padding on both sides
+    assert torch.equal(bare["attention_mask"], padded["attention_mask"])
+    assert torch.equal(bare["response_mask"], padded["response_mask"])
+    assert torch.equal(bare["input_ids"][real], padded["input_ids"][real])
+    assert (bare["input_ids"][~real] == tokenizer.eos_token_id).all()
+    torch.testing.assert_close(response_logprobs(model, **bare), response_logprobs(model, **padded), atol=1e-6, rtol=0)
+    no_pad.eos_token = None
+    with pytest.raises(ValueError, match="no EOS token to end the completions with: set tokenizer.eos_token"):
+        encode_prompt_completion(no_pad, prompts, completions)
+    with pytest.raises(ValueError, match="neither a pad token nor an EOS token .*: set tokenizer.pad_token"):
+        encode_prompt_completion(no_pad, prompts, completions, add_eos=False)
 
 
 def test_lm_head_only_at_response_positions_changes_nothing(tiny):

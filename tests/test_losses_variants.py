@@ -1,6 +1,6 @@
-"""GRPO since R1: clip-higher (DAPO), the GSPO sequence ratio, Dr. GRPO's and DAPO's normalisers by name, the
-dynamic-sampling filter, overlong masking and the soft overlong punishment, REINFORCE++ advantages, DPO + NLL (RPO)
-and IPO's two length conventions.
+"""The variants of the core losses the field adopted after DeepSeek-R1 (notebook 07): clip-higher (DAPO), the GSPO
+sequence ratio, Dr. GRPO's and DAPO's normalisers by name, the dynamic-sampling filter, overlong masking and the soft
+overlong punishment, REINFORCE++ advantages, DPO + NLL (RPO) and IPO's two length conventions.
 
 By-hand values, gradcheck in float64 and degenerate inputs first; then cross-checks against TRL 1.16's own code in
 float64: `GRPOTrainer._compute_loss` on fixed per-token log-probs (its log-prob forward replaced by ours), the
