@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
+from minirlhf.data import PREFERENCE_DATASETS
 from minirlhf.errors import UserError
+from minirlhf.paths import absolute, check_apart
 from minirlhf.precision import PRECISIONS
-from minirlhf.trainers.run.checkpoint import check_fork_target, run_folder
+from minirlhf.trainers.run.checkpoint import check_fork_target, find_checkpoint, run_folder
+from minirlhf.trainers.run.manifest import FOLDER_FIELDS
 
 
 def with_metavar(default: Any, metavar: str) -> Any:
@@ -56,6 +59,10 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, str) and not value.strip():
                 raise UserError(f"{type(self).__name__}.{name} must be a path, got {value!r}")
+        for name in ("out_dir", "resume", "fork_to"):  # absolute once, here: a reward that changes the working
+            value = getattr(self, name)  # folder cannot move a run's writes, and "~/x" is never a folder named "~"
+            if value is not None:
+                setattr(self, name, str(absolute(value)))
         if self.fork_to is not None:
             if self.resume is None:
                 raise UserError(f"{type(self).__name__}.fork_to={self.fork_to!r} forks a checkpoint: it needs resume")
@@ -69,6 +76,28 @@ class TrainConfig:
         if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
             raise UserError(f"{type(self).__name__}.out_dir={self.out_dir!r} is a file, not a folder")
         self.validate()
+        self.check_reads_apart_from_writes()
+
+    def reads(self) -> dict[str, str | None]:
+        """The local places this run reads, by field: the checkpoint it resumes, a model folder, a prompt or pair
+        file or folder."""
+        places = {"resume": str(find_checkpoint(self.resume)) if self.resume is not None else None}
+        for name in ("model", *FOLDER_FIELDS):  # a shipped name or a hub name is no local place
+            value = getattr(self, name, None)
+            local = isinstance(value, str) and value not in PREFERENCE_DATASETS and Path(value).expanduser().exists()
+            places[name] = value if local else None
+        return places
+
+    def check_reads_apart_from_writes(self) -> None:
+        """No place this run writes or deletes (out_dir, a fork's folder) overlaps a place it reads, under any
+        spelling (`paths.check_apart`). A resume in place writes into the run that holds its checkpoint, as it
+        should: there the checkpoint is left out (its own run's rules keep it)."""
+        reads = self.reads()
+        if self.resume is not None and self.fork_to is None:
+            reads.pop("resume")
+        name = type(self).__name__
+        check_apart({f"{name}.{k}": v for k, v in reads.items()},
+                    {f"{name}.fork_to" if self.fork_to is not None else f"{name}.out_dir": self.out_dir})
 
     def validate(self) -> None:
         """Reject values that cannot work, naming the field. Subclasses add their own checks."""

@@ -49,15 +49,26 @@ def data_identity(config_dict: dict[str, Any]) -> dict[str, Any]:
 
 
 def fingerprints(data: dict[str, Any]) -> dict[str, str]:
-    """sha256 of every file a data field names (`x.jsonl`, or the file of `path/to/file.py:function`)."""
+    """sha256 of every file or folder a data field names (`x.jsonl`, a pairs folder, or the file of
+    `path/to/file.py:function`); a folder's covers the name and bytes of every file under it."""
     found = {}
     for name, value in data.items():
         for i, item in enumerate(value if isinstance(value, list) else [value]):
-            path = _file_of(item)
+            path = _path_of(item, name)
             if path is not None:
                 key = name if not isinstance(value, list) else f"{name}[{i}]"
-                found[key] = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+                found[key] = "sha256:" + _digest(path)
     return found
+
+
+def _digest(path: Path) -> str:
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for file in sorted(f for f in path.rglob("*") if f.is_file()):
+        digest.update(str(file.relative_to(path)).encode() + b"\0")
+        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def hub_datasets(data: dict[str, Any]) -> dict[str, str]:
@@ -73,27 +84,34 @@ def hub_datasets(data: dict[str, Any]) -> dict[str, str]:
 
 
 def absolute_data_paths(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with every data field that names a file (`p.jsonl`, `rewards.py:f`) made absolute, so that a run
-    resumed from another working directory finds its files and compares equal to the same file named relatively."""
-    def absolute(item: Any) -> Any:
-        path = _file_of(item, modules=False)
+    """`values` with every data field that names a local file or folder (`p.jsonl`, a pairs folder, `rewards.py:f`)
+    made absolute, so that a run resumed from another working directory reads its own data (and compares equal to
+    the same data named relatively), never a folder of the same name where it happens to run."""
+    def absolute(name: str, item: Any) -> Any:
+        path = _path_of(item, name, modules=False)
         if path is None:
             return item
-        where, sep, name = item.rpartition(":")
-        return f"{path.resolve()}:{name}" if sep and where.endswith(".py") else str(path.resolve())
+        where, sep, function = item.rpartition(":")
+        return f"{path.resolve()}:{function}" if sep and where.endswith(".py") else str(path.resolve())
 
-    return {name: ([absolute(v) for v in value] if isinstance(value, list) else absolute(value))
+    return {name: ([absolute(name, v) for v in value] if isinstance(value, list) else absolute(name, value))
             if name in DATA_FIELDS else value for name, value in values.items()}
 
 
-def _file_of(value: Any, modules: bool = True) -> Path | None:
-    """The file a data value names: a path, the file of `path.py:function`, or (`modules`) the source file of the
-    module of `package.module:function`, so that an edit of it is seen too."""
+FOLDER_FIELDS = ("prompts", "pairs")  # the data fields that may name a folder (a shipped name is not one)
+
+
+def _path_of(value: Any, field: str, modules: bool = True) -> Path | None:
+    """The file or folder a data value names: a path (a folder for FOLDER_FIELDS only), the file of
+    `path.py:function`, or (`modules`) the source file of the module of `package.module:function`, so that an edit
+    of it is seen too."""
     if not isinstance(value, str) or not value:
         return None
     where, sep, _ = value.rpartition(":")
     candidate = Path(where if sep and where.endswith(".py") else value).expanduser()
     if candidate.is_file():
+        return candidate
+    if field in FOLDER_FIELDS and value not in PREFERENCE_DATASETS and candidate.is_dir():
         return candidate
     if modules and sep and where.replace(".", "").replace("_", "").isalnum():
         try:
