@@ -15,8 +15,8 @@ from minirlhf.course.headless import main as headless_main
 from minirlhf.data import load_preference_pairs
 from minirlhf.errors import UserError
 from minirlhf.tasks import REWARD_ARGUMENTS, Task, arithmetic, draw_prompts
-from minirlhf.tasks.registry import resolve_task
 from minirlhf.tasks.custom import load_prompt_rows
+from minirlhf.tasks.registry import resolve_task
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 PAIR = {"prompt": "Hi", "chosen": " good", "rejected": " bad"}

@@ -34,13 +34,13 @@ def _check_same_shape(**tensors: Tensor | None) -> None:
         raise ValueError(f"shape mismatch: {listing} must all have the same shape")
 
 
-def _check_real_tokens(mask: Tensor | None, **tensors: Tensor | None) -> None:
-    """Raise a ValueError naming the argument that is empty, or that holds inf/NaN on a real token (mask = 1);
-    without a mask every entry counts as real."""
+def _check_real_tokens(mask: Tensor | None, allow_empty: bool = False, **tensors: Tensor | None) -> None:
+    """Raise a ValueError naming the argument that is empty (unless `allow_empty`: an elementwise function maps
+    empty to empty), or that holds inf/NaN on a real token (mask = 1); without a mask every entry counts as real."""
     for name, t in tensors.items():
         if t is None:
             continue
-        if t.numel() == 0:
+        if t.numel() == 0 and not allow_empty:
             raise ValueError(f"{name} is empty (shape {tuple(t.shape)}): a loss needs at least one sequence")
         bad = ~torch.isfinite(t.detach())
         if mask is not None:
@@ -49,6 +49,22 @@ def _check_real_tokens(mask: Tensor | None, **tensors: Tensor | None) -> None:
             first = tuple(int(i) for i in bad.nonzero()[0])
             raise ValueError(f"{name} holds {int(bad.sum())} inf/NaN value(s) on real tokens, first at index {first} "
                              f"({t[first].item()})")
+
+
+def _check_finite_result(loss_name: str, result: Tensor, mask: Tensor | None = None, **log_ratios: Tensor) -> None:
+    """A loss of finite inputs may still overflow float32: exp of a log-ratio beyond ~88 (PPO's and GRPO's r_t), or
+    the square or difference of values beyond ~1e19 (IPO, Bradley–Terry). Raise a ValueError naming the loss and the
+    largest |log-ratio| on a real token, instead of returning an inf that turns every gradient into NaN."""
+    if torch.isfinite(result.detach()).all():
+        return
+    sizes = []
+    for name, t in log_ratios.items():
+        t = t.detach()
+        real = t[mask.bool()] if mask is not None else t.reshape(-1)
+        sizes.append(f"|{name}| reaches {real.abs().max().item():.3g}")
+    raise ValueError(f"{loss_name} overflows float32 on finite inputs ({'; '.join(sizes)}): the two policies it "
+                     "compares are too far apart for this loss (a stale or mismatched p_θold / p_ref, or scores of "
+                     "another scale)")
 
 
 def _zero_padding(mask: Tensor, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from minirlhf.checks import check_choice, check_positive
-from minirlhf.losses._contract import _check_same_shape, _zero_padding
+from minirlhf.losses._contract import _check_real_tokens, _check_same_shape, _zero_padding
 
 AGGREGATIONS = ("seq-sum", "seq-mean", "token-mean", "constant")
 
@@ -35,13 +35,21 @@ def masked_whiten(x: Tensor, mask: Tensor, eps: float = 1e-8) -> Tensor:
         x̂ = (x - μ) / sqrt(σ² + eps),  μ, σ² = mean and sample variance over the real tokens
 
     The variance uses Bessel's correction (divide by n - 1), the same choice as
-    ``grpo_advantages``. Padded entries of the output are 0.
+    ``grpo_advantages``. Padded entries of the output are 0, and so is every entry of a constant (its mean in
+    float32 may miss it by a rounding error, which 1/sqrt(eps) would blow up). eps must be > 0.
     """
+    _check_same_shape(x=x, mask=mask)
+    check_positive("eps", eps, why="the floor under a zero variance: a constant whitens to 0, never 0/0")
+    _check_real_tokens(mask, allow_empty=True, x=x)
     (x,) = _zero_padding(mask, x)
     mu = masked_mean(x, mask)
     n = mask.bool().sum().clamp_min(2)
     var = masked_sum((x - mu) ** 2, mask) / (n - 1)
-    (whitened,) = _zero_padding(mask, (x - mu) * torch.rsqrt(var + eps))
+    whitened = (x - mu) * torch.rsqrt(var + eps)
+    real = x[mask.bool()]
+    if real.numel() and bool(real.max() == real.min()):  # a constant: x - μ is 0 exactly, not its rounding error
+        whitened = whitened * 0  # (kept in the graph: its gradient is 0 too)
+    (whitened,) = _zero_padding(mask, whitened)
     return whitened
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
 from minirlhf.losses._contract import (
+    _check_finite_result,
     _check_overflow,
     _check_real_tokens,
     _check_same_shape,
@@ -154,6 +155,7 @@ def grpo_loss(
     per_token = grpo_per_token_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta, eps_high=eps_high,
                                     importance_sampling_level=importance_sampling_level)  # (B, T)
     loss = aggregate(per_token, mask, aggregation)
+    _check_finite_result("grpo_loss", loss, mask, log_ratio=logp - old_logp)
     with torch.no_grad():  # the logs: the ratios and the KL again, from the inputs checked above
         logp, old_logp, ref_logp = _zero_padding(mask, logp, old_logp, ref_logp)
         if importance_sampling_level == "token":

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from minirlhf.checks import check_interval, check_positive
 from minirlhf.losses._contract import (
+    _check_finite_result,
     _check_real_tokens,
     _check_same_shape,
     _per_token_advantages,
@@ -85,6 +86,7 @@ def ppo_clip_loss(
     samples came from p_θold), ``ratio_mean``.
     """
     loss = aggregate(ppo_clip_per_token_loss(logp, old_logp, advantages, mask, eps, eps_high), mask, "token-mean")
+    _check_finite_result("ppo_clip_loss", loss, mask, log_ratio=logp - old_logp)
     with torch.no_grad():
         advantages = _per_token_advantages(advantages, mask)  # (B, T)
         logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
@@ -154,6 +156,7 @@ def gae(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float)
     """
     _check_same_shape(rewards=rewards, values=values, mask=mask)
     check_gae(gamma, lam)
+    _check_real_tokens(mask, allow_empty=True, rewards=rewards, values=values)
     rewards, values = _zero_padding(mask, rewards, values)  # padding: r = 0, V = 0
     next_value = values.new_zeros(values.shape[0])  # (B,) V(s_T) = 0
     next_adv = values.new_zeros(values.shape[0])  # (B,)

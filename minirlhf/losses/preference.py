@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
-from minirlhf.losses._contract import _check_real_tokens, _check_same_shape
+from minirlhf.losses._contract import _check_finite_result, _check_real_tokens, _check_same_shape
 
 DPO_LOSS_TYPES = ("sigmoid", "ipo", "hinge")
 IPO_NORMALISATIONS = ("sum", "mean")
@@ -40,7 +40,9 @@ def bradley_terry_loss(chosen_scores: Tensor, rejected_scores: Tensor) -> Tensor
 
         L = -E[ log σ(RM(x, y_w) - RM(x, y_l)) ]     mean over the B pairs of ``bradley_terry_per_pair_loss``
     """
-    return bradley_terry_per_pair_loss(chosen_scores, rejected_scores).mean()
+    loss = bradley_terry_per_pair_loss(chosen_scores, rejected_scores).mean()
+    _check_finite_result("bradley_terry_loss", loss, score_difference=chosen_scores - rejected_scores)
+    return loss
 
 
 def dpo_loss(
@@ -120,6 +122,7 @@ def dpo_loss(
     if rpo_alpha > 0:
         lengths = chosen_lengths if all_chosen_lengths is None else all_chosen_lengths  # |y_w,j| of the mean_j
         losses = losses + rpo_alpha * -policy_chosen_logps / lengths.to(policy_chosen_logps).mean()
+    _check_finite_result("dpo_loss", losses, log_ratio_difference=chosen_logratio - rejected_logratio)
     return losses, beta * chosen_logratio.detach(), beta * rejected_logratio.detach()
 
 
@@ -175,6 +178,8 @@ def pair_accuracy(chosen_scores: Tensor, rejected_scores: Tensor) -> float:
     reward is 0) both sit at chance, 0.5, like a coin flip. (TRL counts a tie as wrong, so it reports 0 there.)
     """
     _check_same_shape(chosen_scores=chosen_scores, rejected_scores=rejected_scores)
+    if chosen_scores.numel() == 0:
+        raise ValueError("pair_accuracy of 0 pairs is undefined (a fraction of nothing): score at least one pair")
     right = (chosen_scores > rejected_scores).float()
     ties = (chosen_scores == rejected_scores).float()
     return (right + 0.5 * ties).mean().item()
