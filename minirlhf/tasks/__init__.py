@@ -13,7 +13,7 @@ import dataclasses
 import math
 import numbers
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,9 @@ class Task:
     # (where, prompt) of every training prompt when the set is finite (a file): each is checked to fit the model's
     # context with max_new_tokens before the first step; () for a task that makes its prompts up
     prompts: Sequence[tuple[str, str]] = ()
+    # the models its reward reads (a learned reward model), by name: a run records their weights' fingerprints and
+    # refuses a resume whose task brings other weights
+    models: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class WeightedReward:

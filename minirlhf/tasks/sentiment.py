@@ -169,6 +169,7 @@ def sentiment_task(reward_model, ref_model: nn.Module | None = None, tokenizer=N
         reward_fn=learned_reward,
         evaluate=evaluate,
         max_new_tokens=eval_kwargs.get("max_new_tokens", MAX_NEW_TOKENS),
+        models={"reward_model": reward_model},
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from minirlhf.checks import check_interval
 from minirlhf.diagnostics import zero_std_groups
 from minirlhf.distributed import launched_processes
 from minirlhf.losses import (
@@ -62,6 +63,9 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
+MAX_SAMPLING_ROUNDS = 64  # the bound on dynamic sampling's rounds per step
+
+
 @dataclass
 class GRPOConfig(OnlineConfig):
     steps: int = 300  # ~55 s on 2 idle CPU cores; held-out accuracy 0.598 -> 0.91 (benchmarks/README.md)
@@ -97,6 +101,9 @@ class GRPOConfig(OnlineConfig):
     def validate(self) -> None:
         super().validate()
         require_positive(self, "eps", "epochs", "max_sampling_rounds")
+        check_interval("GRPOConfig.max_sampling_rounds", self.max_sampling_rounds, 1, MAX_SAMPLING_ROUNDS,
+                       why="each round samples a whole batch; a step whose groups stay dead that long is a task too "
+                           "easy or too hard for the model, which more rounds do not fix")
         if self.eps_high is not None:
             require_positive(self, "eps_high")
         require(self, check_group_size, "group_size")

@@ -145,8 +145,9 @@ class OnlineRun(Run):
                                                                                       self.task, config, runtime)}
             return held_out_metrics(self.task.evaluate, model, tokenizer) | kl
 
+        frozen = {**task.models, **({"reference model": ref} if ref is not None else {})}
         super().__init__(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
-                         evaluate if task.evaluate or eval_ref is not None else None, callbacks, **modules)
+                         evaluate if task.evaluate or eval_ref is not None else None, callbacks, frozen, **modules)
 
     def collect(self) -> Experience:
         """A fresh batch of the step's prompts, sampled (each process its share), scored, with log p_ref, and

@@ -278,13 +278,13 @@ class PreferenceRun(Run):
     the shuffled batches of the epoch (`batch`; the order left is kept in checkpoints)."""
 
     def __init__(self, start: PreferenceStart, evaluate: Callable[[], dict[str, float]] | None, callbacks=(),
-                 folder: str = "model"):
+                 folder: str = "model", frozen: dict[str, nn.Module] | None = None):
         self.data, self.model, self.tokenizer = start.data, start.model, start.tokenizer
         self.rng, self.max_length, self.total_steps, self.folder = start.rng, start.max_length, start.steps, folder
         optimizer = make_optimizer(start.model.parameters(), start.config.lr)
         self.train_model = start.runtime.prepare(start.model)  # DDP-wrapped under several processes
         super().__init__(start.config, start.runtime, optimizer, start.model.parameters(), {"order": start.rng},
-                         evaluate, callbacks, model=start.model)
+                         evaluate, callbacks, frozen, model=start.model)
         self.order: list[int] = self.loop_state.get("order", [])  # rows of this epoch not yet used
         self.model.train()
 
@@ -328,4 +328,4 @@ def implicit_reward_run(start: PreferenceStart, ref: nn.Module | None, callbacks
         return evaluate_preferences(start.model, start.tokenizer, ref, start.data, test_ref, start.config,
                                     start.max_length)
 
-    return PreferenceRun(start, evaluate, callbacks)
+    return PreferenceRun(start, evaluate, callbacks, frozen={"reference model": ref} if ref is not None else None)

@@ -35,8 +35,14 @@ from minirlhf.data import Evaluation
 from minirlhf.distributed import Runtime, setup_runtime
 from minirlhf.models import check_tokenizer, eval_mode, load_model
 from minirlhf.trainers.run import manifest
-from minirlhf.trainers.run.checkpoint import Checkpointer, RandomSource, recorded_data, release_run_folder
-from minirlhf.trainers.run.guard import check_gradients, check_weights
+from minirlhf.trainers.run.checkpoint import (
+    Checkpointer,
+    RandomSource,
+    recorded_data,
+    release_run_folder,
+    writing,
+)
+from minirlhf.trainers.run.guard import check_gradients, check_start_weights, check_weights
 from minirlhf.trainers.run.history import History, make_history, plain
 from minirlhf.trainers.run.manifest import record_files
 
@@ -64,9 +70,11 @@ def set_seed(seed: int) -> torch.Generator:
 
 def load_policy(config: Any, model: nn.Module | None = None, tokenizer=None) -> tuple[nn.Module, Any]:
     """The model to train and its tokenizer: the ones given, or `config.model` loaded; checked to fit each other."""
+    given = model is not None
     if model is None:
         model, tokenizer = load_model(config.model, device=config.device)
     check_tokenizer(model, tokenizer)
+    check_start_weights(model, "the model given to the trainer" if given else f"model {config.model!r}")
     return model, tokenizer
 
 
@@ -134,14 +142,15 @@ def save_run(model, tokenizer, config: Any, history: History, folder: str = "mod
     out = Path(config.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record_files(out, folder, "config.json", *(f"{name}.safetensors" for name in modules))
-    if isinstance(model, PreTrainedModel):
-        model.save_pretrained(out / folder, safe_serialization=True)
-        tokenizer.save_pretrained(out / folder)
-    else:
-        model.save(out / folder)
-    for name, module in modules.items():
-        save_file(module.state_dict(), str(out / f"{name}.safetensors"))
-    (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    with writing(out / folder):  # a full disk is named as one, with the folder
+        if isinstance(model, PreTrainedModel):
+            model.save_pretrained(out / folder, safe_serialization=True)
+            tokenizer.save_pretrained(out / folder)
+        else:
+            model.save(out / folder)
+        for name, module in modules.items():
+            save_file(module.state_dict(), str(out / f"{name}.safetensors"))
+        (out / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     release_run_folder(out)
     return out
 
@@ -167,11 +176,13 @@ class Run:
         rngs: dict[str, RandomSource],
         evaluate: Callable[[], dict[str, float]] | None = None,
         callbacks: Sequence[Callable[[History], None]] = (),
+        frozen: dict[str, nn.Module] | None = None,
         **modules: nn.Module,
     ):
         self.config, self.runtime, self.optimizer, self.params = config, runtime, optimizer, list(params)
         self._evaluate = evaluate if config.eval_every else None
-        self.checkpointer = Checkpointer(config, optimizer, rngs, runtime.scaler, **modules)
+        # `modules` are trained and checkpointed; `frozen` ones (p_ref, a reward model) are only fingerprinted
+        self.checkpointer = Checkpointer(config, optimizer, rngs, runtime.scaler, frozen, **modules)
         self.start, logged, self.loop_state = self.checkpointer.resume()  # step 0, no rows, no state when fresh
         self.history = make_history(config, callbacks, logged)
         self._sums: dict[str, float] = {}  # metric -> sum over this step's updates
@@ -249,8 +260,9 @@ class Run:
         default config.steps), and save `model` into `folder` with `tokenizer`, and `modules` beside it
         (`save_run`), when a model is given."""
         try:
-            if self._evaluate is not None:
-                self.history.log(steps or self.config.steps, **self.evaluate())
+            final = self.evaluate() if self._evaluate is not None else {}
+            if final:  # a run without a held-out evaluation adds no empty row
+                self.history.log(steps or self.config.steps, **final)
             if model is None:
                 return None
             return save_run(model, tokenizer, self.config, self.history, folder, **modules)

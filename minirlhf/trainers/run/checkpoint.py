@@ -3,7 +3,8 @@
     <out_dir>/checkpoints/step-000040/
         model.safetensors     the weights of every trained module (PPO adds value_head.safetensors)
         trainer_state.pt      optimizer state, every random-number state, the loop's own state
-        state.json            step, method, config, and the metrics history up to this step
+        state.json            step, method, config, the metrics history up to this step, and the sha256 of
+                              every other file (a file swapped in from elsewhere is refused on resume)
 
 A resumed run is the SAME run: it continues at step k with the same weights, the same Adam moments and the same
 random numbers (python's `random`, the trainer's own `random.Random` for prompts and batch order, numpy, torch's
@@ -26,6 +27,9 @@ a folder that holds another run's results, and `overwrite=True` deletes only wha
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import os
 import random
@@ -87,8 +91,10 @@ class Checkpointer:
     """
 
     def __init__(self, config: Any, optimizer: torch.optim.Optimizer, rngs: dict[str, RandomSource],
-                 scaler: torch.amp.GradScaler | None = None, **modules: nn.Module):
+                 scaler: torch.amp.GradScaler | None = None, frozen: dict[str, Any] | None = None,
+                 **modules: nn.Module):
         self.config = config
+        self.frozen = frozen or {}  # the models the run reads but does not train (p_ref, a reward model)
         self.optimizer = optimizer
         self.rngs = rngs
         self.scaler = scaler
@@ -107,6 +113,8 @@ class Checkpointer:
             hold_run_folder(out_dir)
         try:
             if self.config.resume is not None:
+                check_same_models(recorded_data(self.config.resume).get("models"), self.frozen,
+                                  f"--resume {self.config.resume}")
                 return self._resume(find_checkpoint(self.config.resume))
             if out_dir is not None:
                 _check_fresh_folder(Path(out_dir), self.config.overwrite, self.config.model)
@@ -142,6 +150,7 @@ class Checkpointer:
 
     def _start_manifest(self, forked_from: dict[str, Any] | None = None) -> None:
         manifest = new_manifest(self.config.to_dict(), type(self.config).__name__, forked_from)
+        manifest["models"] = {name: weights_digest(module) for name, module in self.frozen.items()}
         write_manifest(self.config.out_dir, manifest)
         self.run_id = manifest["run_id"]
 
@@ -160,18 +169,19 @@ class Checkpointer:
             shutil.rmtree(unfinished)
         final = folder / f"step-{step:06d}"
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=folder))
-        for name, module in self.modules.items():
-            save_model(module, str(tmp / f"{name}.safetensors"), force_contiguous=True)
-        torch.save({
-            "optimizer": self.optimizer.state_dict(),
-            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
-            "rng": capture_rng_states(self.rngs),
-            "loop": loop_state,
-        }, tmp / TRAINER_STATE_FILE)
-        state = {"step": step, "method": type(self.config).__name__, "run_id": self.run_id,
-                 "config": self.config.to_dict(), "history": list(history)}
-        (tmp / STATE_FILE).write_text(json.dumps(state))
-        _fsync_files(tmp)
+        with writing(final, tmp):
+            for name, module in self.modules.items():
+                save_model(module, str(tmp / f"{name}.safetensors"), force_contiguous=True)
+            torch.save({
+                "optimizer": self.optimizer.state_dict(),
+                "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+                "rng": capture_rng_states(self.rngs),
+                "loop": loop_state,
+            }, tmp / TRAINER_STATE_FILE)
+            state = {"step": step, "method": type(self.config).__name__, "run_id": self.run_id,
+                     "config": self.config.to_dict(), "history": list(history), "files": file_digests(tmp)}
+            (tmp / STATE_FILE).write_text(json.dumps(state, allow_nan=False))  # JSON, never a bare NaN
+            _fsync_files(tmp)
         _replace_folder(tmp, final)
         record_files(self.config.out_dir, CHECKPOINTS_DIR)
         for old in list_checkpoints(self.config.out_dir)[: -self.config.keep_checkpoints]:
@@ -188,6 +198,7 @@ class Checkpointer:
             raise ValueError(f"checkpoint {path} was written by a {state['method']} run; this run is a {method}")
         saved_config = type(self.config).from_dict(state["config"])  # unknown or invalid fields are errors
         _warn_about_changed_settings(path, saved_config.to_dict(), self.config.to_dict())
+        check_own_files(path, state.get("files"))
         trainer_state = _read_trainer_state(path)
         for name, module in self.modules.items():
             load_weights(module, path / f"{name}.safetensors")
@@ -270,7 +281,7 @@ def checkpoint_problem(path: Path, modules: list[str] | None = None) -> str | No
         state = json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         return f"{path / STATE_FILE} cannot be read ({type(err).__name__}: {str(err)[:120]})"
-    problem = fields_problem(state, STATE_FIELDS, optional=("run_id",))
+    problem = fields_problem(state, STATE_FIELDS, optional=("run_id", "files"))
     if problem:
         return f"{path / STATE_FILE}: {problem}"
     for name in modules:
@@ -296,7 +307,75 @@ STATE_FIELDS = {
     "history": ("a list of metric rows {\"step\": int, ...}",
                 lambda v: isinstance(v, list) and all(isinstance(r, dict) and type(r.get("step")) is int for r in v)),
     "run_id": ("a string or null", lambda v: v is None or isinstance(v, str)),
+    "files": ("an object of file name -> sha256",
+              lambda v: isinstance(v, dict) and all(isinstance(k, str) and isinstance(d, str) for k, d in v.items())),
 }
+
+
+def weights_digest(module: Any) -> str:
+    """sha256 of a model's weights (every tensor of its state_dict, by name): what a run records of each model it
+    reads but does not train."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(name.encode() + b"\0")
+        digest.update(tensor.detach().float().contiguous().cpu().numpy().tobytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def check_same_models(recorded: dict[str, str] | None, frozen: dict[str, Any], where: str) -> None:
+    """A resumed run reads the same frozen models (p_ref, a learned reward model) as its run did: refuse, naming
+    which, a model whose weights differ. A run recorded without them (`recorded` None) is not checked."""
+    for name, digest in (recorded or {}).items():
+        if name in frozen and weights_digest(frozen[name]) != digest:
+            raise UserError(f"{where}: the {name} is not the one the run started with (its weights' sha256 differs "
+                            f"from the run's record, {digest[:19]}...); resume with the run's own {name}, or start a "
+                            "new run")
+
+
+FULL_DISK_BYTES = 1 << 20  # less free space than this after a failed write: the disk is full
+
+
+@contextlib.contextmanager
+def writing(target: Path, partial: Path | None = None):
+    """Write `target` (through the folder `partial`, removed on failure): an OSError or torch's RuntimeError while
+    writing becomes an OSError that names the target and, when the disk is full, says so ("no space left on
+    device"), instead of torch's own "file write failed". A checkpoint's partial folder goes, the previous one
+    stays."""
+    try:
+        yield
+    except (OSError, RuntimeError) as err:
+        if partial is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        where = target.parent if target.parent.exists() else Path(target.anchor)
+        free = shutil.disk_usage(where).free
+        full = getattr(err, "errno", None) == errno.ENOSPC or free < FULL_DISK_BYTES
+        if not full and isinstance(err, OSError):
+            raise
+        why = f"no space left on device ({free} bytes free on the disk of {where})" if full else \
+            f"{type(err).__name__}: {str(err)[:160]}"
+        kept = "; the previous checkpoint is intact" if partial is not None else ""
+        raise OSError(errno.ENOSPC if full else errno.EIO, f"cannot write {target}: {why}{kept}") from err
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file a checkpoint holds besides state.json: saved in state.json, so that a file swapped in
+    from another checkpoint or run is found before it is resumed."""
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.iterdir())
+            if f.is_file() and f.name != STATE_FILE}
+
+
+def check_own_files(path: Path, digests: dict[str, str] | None) -> None:
+    """Refuse a checkpoint whose files are not the ones it was saved with (a checkpoint written before digests
+    were kept, `digests` None, is read as it is)."""
+    if digests is None:
+        return
+    found = file_digests(path)
+    for name, digest in digests.items():
+        if found.get(name) != digest:
+            state = "is missing" if name not in found else "is not the file this checkpoint was saved with"
+            raise CheckpointDamaged(f"checkpoint {path} is damaged: {path / name} {state} (its sha256 differs from "
+                                    f"the one in {STATE_FILE}: copied in from another checkpoint or run?). "
+                                    f"{_previous_intact(path)}")
 # trainer_state.pt: field -> (what it must hold, in words; the test)
 TRAINER_STATE_FIELDS = {"optimizer": kind(dict), "scaler": kind(dict, type(None)), "rng": kind(dict),
                         "loop": kind(dict)}

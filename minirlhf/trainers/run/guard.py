@@ -5,6 +5,7 @@ the run trains nothing while it still "finishes". The checks here are called at 
 
     optimizer_step   check_gradients(grad_norm, ...)  before the weights are touched
     History.log      finite_row(row)                   metrics.jsonl stays JSON: inf/NaN -> null, flagged
+    load_policy      check_start_weights(model, ...)   a model that starts non-finite is named as the cause
     Checkpointer     check_weights(..., "checkpoint")  a non-finite model is never written, nor resumed from
     save_run         check_weights(..., "final model")
 
@@ -71,6 +72,16 @@ def check_weights(modules: dict[str, nn.Module], what: str, step: int | None = N
         at = f" at step {step}" if step is not None else ""
         listing = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         raise NonFiniteError(f"{what}{at}: weights hold inf or NaN ({listing}); it is not written. {LIKELY_CAUSES}")
+
+
+def check_start_weights(model: nn.Module, what: str) -> None:
+    """Refuse to train from weights that already hold inf or NaN: the run would blame its rewards, β or learning
+    rate for what the model brought with it."""
+    bad = nonfinite_parameters({"model": model})
+    if bad:
+        listing = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise NonFiniteError(f"{what}: its weights hold inf or NaN before training starts ({listing}); no reward, β "
+                             "or learning rate caused this: load or rebuild a model whose weights are finite")
 
 
 def finite_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -30,13 +30,13 @@ class History(list):
         callbacks: Sequence[Callable[[History], None]] = (),
         rows: Sequence[dict[str, Any]] = (),
     ):
-        super().__init__(rows)
+        super().__init__(finite_row(dict(row)) for row in rows)  # a NaN read back from a checkpoint -> None, flagged
         self.path = Path(path) if path is not None else None
         self.callbacks = list(callbacks)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(row) + "\n" for row in rows))
+            tmp.write_text("".join(json.dumps(row, allow_nan=False) + "\n" for row in self))
             os.replace(tmp, self.path)  # never a half-written metrics file
 
     def log(self, step: int, **metrics: float) -> dict[str, Any]:
