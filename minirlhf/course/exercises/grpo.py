@@ -7,6 +7,7 @@ import inspect
 import torch
 
 from minirlhf import losses
+from minirlhf.course.exercises import mutants
 from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, Variant, randn, tensor
 
 # A group whose std is below this counts as constant (Â = 0): the library's own threshold, read from
@@ -357,7 +358,7 @@ GRPO_LOSS = Exercise(
                 "exp(ref_logp - logp)."),
         Mistake("mean per sequence", _grpo_loss_with(aggregation="seq-mean"),
                 "you average each response, then the responses (the GRPO paper's 1/|o_i|): this exercise asks for "
-                "the token mean (DAPO), Σ (mask · J) / Σ mask over the whole batch."),
+                "the token mean (DAPO), Σ (mask · J) / Σ mask over the whole batch.", kind=mutants.AXIS),
         Mistake("padding counted in the mean", _grpo_loss_with(aggregation="constant"),
                 "padding is counted in the mean: divide by the number of real tokens (mask.sum()), not by B·T."),
         Mistake("no clipping", _grpo_loss_with(clip=False),
