@@ -1046,3 +1046,28 @@ def k3_trailing_comma(logp, ref_logp):
 ], ids=["broadcast error", "numpy on a grad input", "in-place on a grad input", "trailing comma"])
 def test_common_errors_and_forms_are_explained(exercise_id, wrong, words, capsys):
     assert words in _refused(exercise_id, wrong, capsys)
+
+
+def grpo_with_own_guard(delta: float, zero_constant_groups: bool = True) -> Callable:
+    """GRPO's advantage (R - mean) / (std + δ), a near-constant group zeroed or not."""
+    def advantages(rewards, group_size):
+        R = rewards.view(-1, group_size)
+        std = R.std(1, keepdim=True)
+        A = (R - R.mean(1, keepdim=True)) / (std + delta)
+        return (torch.where(std < 1e-4, torch.zeros_like(R), A) if zero_constant_groups else A).reshape(-1)
+    return advantages
+
+
+@pytest.mark.parametrize("delta", [1e-8, 1e-7, 1e-6])
+def test_a_grpo_advantage_with_its_own_small_epsilon_guard_passes(delta, capsys):
+    assert exercises.check_function("grpo-advantages", grpo_with_own_guard(delta)) is True
+    assert f"Your ε guard adds at most {delta:.2g} to the std" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("delta, zero, words", [
+    (1e-5, True, "your ε guard adds δ ≈ 1e-05 to the std, the reference's none"),
+    (1e-3, True, "on a group of std 0.00015 that shrinks Â by 87%"),
+    (1e-8, False, "a group whose std is below 0.0001 gets advantages up to 1.5 from your guard"),
+])
+def test_an_epsilon_guard_that_changes_the_advantages_is_refused_saying_what_differs(delta, zero, words, capsys):
+    assert words in _refused("grpo-advantages", grpo_with_own_guard(delta, zero), capsys)

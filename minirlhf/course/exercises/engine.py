@@ -529,10 +529,10 @@ def _hint(exercise: Exercise, student: Sequence[Outcome], failing: int, what: st
                 _fallback_hint(exercise, student[failing], expected_outcomes(exercise)[failing], what))
     diagnosis = diagnose(exercise, student, failing)
     kinds, mistake = diagnosis.kinds, diagnosis.mistake
-    if verdict is not None:
+    if mistake is not None:
+        text = mistake.hint + (f" In numbers: {verdict.note}" if verdict else "")
+    elif verdict is not None:
         text = verdict.note
-    elif mistake is not None:
-        text = mistake.hint
     elif what.startswith("the gradient") and set(kinds) & {mutants.DETACH_MISSING, mutants.DETACH_EXTRA}:
         text = _fallback_hint(exercise, student[failing], expected_outcomes(exercise)[failing], what)
     elif kinds:
@@ -542,6 +542,8 @@ def _hint(exercise: Exercise, student: Sequence[Outcome], failing: int, what: st
             text += f" Your results are those of the worked solution with `{before}` written `{after}`."
     else:
         return _fallback_hint(exercise, student[failing], expected_outcomes(exercise)[failing], what)
+    if not kinds and mistake is None:
+        return text
     label = " or ".join(kinds) if kinds else mistake.name
     if kinds and mistake is not None and mistake.name not in kinds:
         label += f": {mistake.name}"
@@ -608,7 +610,9 @@ def check(exercise: Exercise, fn: Callable[..., Any], strict: bool | None = None
                 print(f"✓ {exercise.id}: passed {len(cases)} cases as {variant.name}, not minirlhf's own function. "
                       f"{variant.note}")
                 return True
-        verdict = exercise.equivalent_forms and exercise.equivalent_forms(cases, student, expected)
+        only_values = all(not what or what.startswith("the values") for what in differences)
+        verdict = exercise.equivalent_forms(cases, student, expected) if exercise.equivalent_forms and only_values \
+            else None
         if verdict and verdict.accepted:
             print(f"✓ {exercise.id}: passed {len(cases)} cases in an equivalent form. {verdict.note}")
             return True
