@@ -4,6 +4,7 @@ refuses with a hint naming their kind.
 
     python scripts/exercise_mutants.py        # the table
     python scripts/exercise_mutants.py -v     # and every behaviour-changing mutant whose kind is not named
+    python scripts/exercise_mutants.py --capstone   # the capstone's my_step too (minutes: a check trains 2 steps)
 
 Columns: generated; equivalent (agree with the reference on every case, skipped); raises (raise on some case: refused
 with the error and the line); changing (the rest, a wrong value or gradient); refused and named (of the raising and
@@ -12,10 +13,12 @@ changing ones: refused; refused with the hint naming the mutant's kind, or the e
 
 from __future__ import annotations
 
+import contextlib
+import io
 import sys
 
-from minirlhf.course import exercises
-from minirlhf.course.exercises import engine
+from minirlhf.course import capstone, exercises, solutions
+from minirlhf.course.exercises import engine, mutants
 
 
 def main(verbose: bool) -> None:
@@ -35,5 +38,23 @@ def main(verbose: bool) -> None:
     print(f"{'all':<20}" + "".join(f"{n:>11}" for n in totals))
 
 
+def capstone_row(verbose: bool) -> None:
+    """The capstone's my_step: a mutant that passes check_step is counted as equivalent (listed with -v, to read)."""
+    row = [0] * 6
+    for mutant in mutants.mutants(solutions.my_step):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            passed = capstone.check_step(mutant.fn)
+        report = out.getvalue()
+        raises = "my_step raised" in report
+        named = not passed and (f"({mutant.kind})" in report or raises)
+        row = [n + d for n, d in zip(row, (1, passed, raises, not passed and not raises, not passed, named))]
+        if verbose and not named:
+            print(f"    {'passed' if passed else 'not named'}: ({mutant.kind}) {mutant.edit}")
+    print(f"{'capstone':<20}" + "".join(f"{n:>11}" for n in row))
+
+
 if __name__ == "__main__":
     main("-v" in sys.argv[1:])
+    if "--capstone" in sys.argv[1:]:
+        capstone_row("-v" in sys.argv[1:])

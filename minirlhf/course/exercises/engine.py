@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
+import minirlhf.course.exercises.mutants as mutants
 from minirlhf.course import solutions
-from minirlhf.course.exercises import mutants
 from minirlhf.errors import env_flag
 
 DTYPE = torch.float64  # every case is built in float64, so a correct answer agrees to ~1e-12
@@ -153,7 +153,7 @@ def _readable(result: Any) -> tuple[torch.Tensor, ...] | None:
         return None
 
 
-def _where(error: BaseException, fn: Callable[..., Any]) -> str:
+def error_location(error: BaseException, fn: Callable[..., Any]) -> str:
     """The line of the student's code that raised: the deepest frame in fn's file, else outside torch and here."""
     frames = traceback.extract_tb(error.__traceback__)
     filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
@@ -188,7 +188,7 @@ def run(fn: Callable[..., Any], case: Case, exercise: Exercise) -> Outcome:
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 -- any error of the student's code is reported, not raised
-        return Outcome(error=error, where=_where(error, fn), changed=_changed(case, inputs))
+        return Outcome(error=error, where=error_location(error, fn), changed=_changed(case, inputs))
     return Outcome(_detached(result), _readable(result), grads, changed=_changed(case, inputs))
 
 
@@ -480,7 +480,7 @@ ERROR_HINTS = {  # words of a torch error: what the student most likely did
 }
 
 
-def _error_hint(message: str) -> str:
+def error_hint(message: str) -> str:
     """The hint for an error raised by the student's code: what its words usually mean, else where to look."""
     return next((hint for words, hint in ERROR_HINTS.items() if words in message),
                 "read the error and the line it points at")
@@ -508,7 +508,7 @@ def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what:
                     f".item(), torch.tensor(...) of computed numbers, numpy, or torch.no_grad()).")
         return f"a term that depends on {name} is wrong although the values agree: check each use of {name}."
     if actual.error is not None:
-        return _error_hint(str(actual.error)) + f" (stuck? exercises.solution({exercise.id!r}))."
+        return error_hint(str(actual.error)) + f" (stuck? exercises.solution({exercise.id!r}))."
     if not what.startswith("the values"):
         return f"return what the stub describes: {_describe(expected.result)}."
     if _nearly(actual.values, expected.values):

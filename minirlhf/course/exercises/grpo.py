@@ -6,8 +6,8 @@ import inspect
 
 import torch
 
+import minirlhf.course.exercises.mutants as mutants
 from minirlhf import losses
-from minirlhf.course.exercises import mutants
 from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, Variant, Verdict, randn, tensor
 
 # A group whose std is below this counts as constant (Â = 0): the library's own threshold, read from

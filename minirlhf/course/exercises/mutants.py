@@ -110,10 +110,11 @@ class _Context:
     def __init__(self, fn_def: ast.FunctionDef, grad_params: Sequence[str], tensor_params: Sequence[str]):
         self.grad_params, self.tensor_params = set(grad_params), set(tensor_params)
         self.mask_params = {p for p in self.tensor_params if "mask" in p}
-        # names computed from a mask (keep = mask.bool()): a torch.where on them is a masking step
+        # names computed from a mask (keep = mask.bool(), mask = rollout.response_mask.bool()): a torch.where on them
+        # is a masking step, a division by their sum a masked mean
         self.masks = set(self.mask_params)
         for node in ast.walk(fn_def):
-            if isinstance(node, ast.Assign) and _names(node.value) & self.masks:
+            if isinstance(node, ast.Assign) and (_names(node.value) & self.masks or "mask" in ast.unparse(node.value)):
                 self.masks |= {t.id for t in node.targets if isinstance(t, ast.Name)}
 
 
@@ -160,7 +161,7 @@ def _edits(node: ast.AST, ctx: _Context) -> Iterator[tuple[str, ast.AST]]:
         yield from _clip_edits(node)
     if isinstance(node, ast.Call) and name == "where" and len(node.args) == 3 and _names(node.args[0]) & ctx.masks:
         yield MASK, node.args[1]
-    if ctx.mask_params and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+    if ctx.masks and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
         left, negate = (node.left.operand, True) if isinstance(node.left, ast.UnaryOp) and isinstance(
             node.left.op, ast.USub) else (node.left, False)
         if _attr_call(left) == "sum" and _names(node.right) & ctx.masks:
