@@ -3,6 +3,9 @@ the wrong steps students write are each refused with the part that differs named
 
 from __future__ import annotations
 
+import inspect
+import textwrap
+
 import pytest
 import torch
 
@@ -52,15 +55,43 @@ def test_a_stub_is_not_implemented_yet_and_strict_mode_raises(capsys, monkeypatc
         capstone.check_step(my_step)
 
 
+def _edited_solution(old: str, new: str):
+    """The worked my_step with one line of its source edited: a wrong step as a student writes it."""
+    source = textwrap.dedent(inspect.getsource(solutions.my_step))
+    assert old in source, old
+    namespace = dict(vars(solutions))
+    exec(source.replace(old, new), namespace)  # noqa: S102 -- our own solution, edited
+    return namespace["my_step"]
+
+
+SECOND_STEP = "the second step (the same batch again: the ratio leaves 1)"
 WRONG_STEPS = [
+    ("no optimizer.zero_grad()", _edited_solution("    optimizer.zero_grad()\n", ""),
+     f"{SECOND_STEP}: update: (gradient accumulated)"),
+    ("the ratio not clipped", _edited_solution("torch.clamp(ratio, 1 - eps, 1 + eps) * A", "ratio * A"),
+     f"{SECOND_STEP}: loss value: (no clipping)"),
+    ("max instead of min", _edited_solution("torch.minimum(ratio * A", "torch.maximum(ratio * A"),
+     f"{SECOND_STEP}: loss value: (min and max swapped)"),
+    ("the loss's sign flipped", _edited_solution("loss = -torch.where", "loss = torch.where"),
+     "the first step: loss value: (sign flipped)"),
+    ("the advantage clipped", _edited_solution("torch.clamp(ratio, 1 - eps, 1 + eps) * A",
+                                               "ratio * torch.clamp(A, 1 - eps, 1 + eps)"),
+     "loss value: (the clip on the wrong quantity)"),
+    ("population std", _edited_solution("std = R.std(1, keepdim=True)", "std = R.std(1, keepdim=True, correction=0)"),
+     "the first step: advantages: (biased std)"),
+    ("a batch sampled and thrown away", _edited_solution(
+        "    rollout = sample(", "    sample(model, tokenizer, prompts, group_size=group_size, max_new_tokens=8, "
+                                "generator=generator)\n    rollout = sample("), "sampling: the completions differ"),
+    ("no gradient clipping", _edited_solution("    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n", ""),
+     "update: (gradient norm not clipped)"),
+
     ("its own generator", _step(own_generator=True), "sampling: the completions differ"),
     ("advantages not scaled by the group std", _step(advantages_of=lambda r, g: losses.grpo_advantages(
         r, g, scale="none")), "advantages: expected"),
     ("advantages with the sign flipped", _step(advantages_of=lambda r, g: -losses.grpo_advantages(r, g)),
-     "advantages: expected"),
+     "advantages: (sign flipped) expected"),
     ("each answer averaged first", _step(aggregation="seq-mean"), "update: the gradient differs"),
-    ("padding counted in the mean", _step(aggregation="constant"), "update: the gradient differs"),
-    ("no gradient clipping", _step(clip_grad=False), "update: the gradient differs"),
+    ("padding counted in the mean", _step(aggregation="constant"), "update: (mean over padding)"),
 ]
 
 
@@ -75,3 +106,38 @@ def test_the_solution_source_defines_my_step():
     namespace: dict = {}
     exec(capstone.solution_source(), namespace)  # noqa: S102 -- our own solution's source
     assert namespace["my_step"].__doc__ == solutions.my_step.__doc__
+
+
+def test_an_error_in_the_step_is_reported_with_its_line_and_a_hint(capsys):
+    def my_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):
+        rewards = torch.zeros(len(prompts) * group_size)
+        return rewards.view(-1, group_size + 1)  # the failing line
+    line = my_step.__code__.co_firstlineno + 2
+    assert capstone.check_step(my_step) is False
+    out = capsys.readouterr().out
+    assert "the first step: my_step raised RuntimeError: shape '[-1, 9]' is invalid" in out
+    assert f"at: line {line} of {__file__}, in my_step: return rewards.view(-1, group_size + 1)" in out
+    assert "hint: the view does not fit the number of elements" in out and "Traceback" not in out
+
+
+def test_different_samples_are_shown_where_they_first_differ(capsys):
+    assert capstone.check_step(_step(own_generator=True)) is False
+    out = capsys.readouterr().out
+    assert "first difference: answer " in out and ", token " in out and "expected '" in out and "yours    '" in out
+
+
+def test_the_second_step_trains_on_the_first_ones_batch_with_the_clip_acting():
+    """The check's second step replays the batch: the ratio leaves [1 - ε, 1 + ε] on many tokens."""
+    model, tokenizer = capstone.load_model("tiny-sft", device="cpu")
+    capstone.disable_dropout(model)
+    prompts = [p.prompt for p in arithmetic.sample_problems("train", 4, 0)]
+    run = capstone._run(capstone.reference_step, model, tokenizer, prompts, seed=0)
+    assert len(run.outputs) == capstone.CHECK_EPOCHS == 2
+    assert run.outputs[0].completions == run.outputs[1].completions
+    rollout = run.rollout
+    with torch.no_grad():
+        logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                                 prompt_length=rollout.prompt_length)
+    ratio = torch.exp(logp - rollout.logprobs)[rollout.response_mask.bool()]
+    assert ((ratio < 0.8) | (ratio > 1.2)).float().mean() > 0.1
+    assert capstone.sample is sample  # the replay is undone

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from minirlhf import losses
 from minirlhf.course import exercises
-from minirlhf.course.exercises import engine, grpo
+from minirlhf.course.exercises import engine, grpo, mutants
 
 IDS = exercises.list_exercises()
 
@@ -91,7 +91,15 @@ def test_an_ignored_or_hard_coded_argument_is_refused(exercise_id, label, wrong,
     _refused(exercise_id, wrong, capsys)
 
 
-DIFFERENTIABLE = [(e.id, name) for e in exercises.EXERCISES_LIST for name in e.grad_inputs]
+def _reference_detaches(exercise: engine.Exercise, name: str) -> bool:
+    """Whether no gradient of the reference reaches the input on any case (KTO's mismatched pairs, via z_ref)."""
+    return all(o.grads.get(name) is None or not o.grads[name].any() for o in engine.expected_outcomes(exercise))
+
+
+DIFFERENTIABLE = [(e.id, name) for e in exercises.EXERCISES_LIST for name in e.grad_inputs
+                  if not _reference_detaches(e, name)]
+DETACHED_BY_THE_REFERENCE = [(e.id, name) for e in exercises.EXERCISES_LIST for name in e.grad_inputs
+                             if _reference_detaches(e, name)]
 
 
 @pytest.mark.parametrize("exercise_id, name", DIFFERENTIABLE, ids=[f"{i}: {n}" for i, n in DIFFERENTIABLE])
@@ -102,8 +110,30 @@ def test_a_detached_input_is_refused_on_its_gradient(exercise_id, name, capsys):
     assert f"mismatch in the gradient with respect to {name}" in out
 
 
+def kto_z_ref_not_detached(policy_logps, ref_logps, desirable, policy_kl_logps, ref_kl_logps, beta, desirable_weight,
+                           undesirable_weight):
+    """KTO with z_ref kept in the graph: the values are right, a gradient reaches the mismatched pairs."""
+    logratio = policy_logps - ref_logps
+    z_ref = (policy_kl_logps - ref_kl_logps).mean().clamp_min(0)
+    value = torch.where(desirable, desirable_weight * torch.sigmoid(beta * (logratio - z_ref)),
+                        undesirable_weight * torch.sigmoid(beta * (z_ref - logratio)))
+    weight = torch.where(desirable, desirable_weight, undesirable_weight).to(value)
+    return weight - value, beta * logratio.detach(), z_ref.detach()
+
+
+def test_the_inputs_a_reference_detaches_are_checked_to_get_no_gradient():
+    assert DETACHED_BY_THE_REFERENCE == [("kto-loss", "policy_kl_logps")]
+
+
+def test_a_gradient_through_a_detached_quantity_is_refused_as_detach_missing(capsys):
+    out = _refused("kto-loss", kto_z_ref_not_detached, capsys)
+    assert "mismatch in the gradient with respect to policy_kl_logps" in out
+    assert engine.hint_names(out, mutants.DETACH_MISSING) and "which the reference detaches" in out, out
+
+
 def test_every_float_tensor_input_of_a_loss_is_differentiable_or_declared_frozen():
     """The exercises whose first output is a loss compare the gradient of every input a model produces."""
+    assert exercises.EXERCISES["kto-loss"].grad_inputs == ("policy_logps", "policy_kl_logps")
     assert exercises.EXERCISES["bradley-terry"].grad_inputs == ("chosen_scores", "rejected_scores")
     assert exercises.EXERCISES["dpo-loss"].grad_inputs == ("policy_chosen_logps", "policy_rejected_logps")
     assert exercises.EXERCISES["ppo-clip"].grad_inputs == ("logp",)  # old_logp and Â are data, detached by PPO
@@ -210,8 +240,10 @@ MECHANICAL = [(e, label, fn, words) for e in IDS for label, fn, words in _mechan
 def test_a_mechanical_mutation_is_refused_with_a_message_about_it(exercise_id, label, wrong, words, capsys):
     out = _refused(exercise_id, wrong, capsys)
     assert words in out
-    if label.endswith(("in place", "float32")):  # the numbers are right: no catalogued mistake may be named
+    if label.endswith("float32"):  # the numbers are right: no mistake may be named
         assert "hint: (" not in out, out
+    if label.endswith("in place"):  # the numbers are right: only the in-place change is named
+        assert f"hint: ({mutants.IN_PLACE}) " in out, out
 
 
 def test_a_number_instead_of_a_tensor_is_named(capsys):
@@ -674,7 +706,7 @@ STUDENT_MISTAKES += [
                          ids=[f"{e}: {n}" for e, n, _ in STUDENT_MISTAKES])
 def test_a_students_wrong_version_gets_the_hint_that_names_it(exercise_id, name, wrong, capsys):
     mistake = next(m for m in exercises.EXERCISES[exercise_id].mistakes if m.name == name)
-    assert f"hint: ({name}) {mistake.hint}" in _refused(exercise_id, wrong, capsys)
+    assert engine.names_mistake(_refused(exercise_id, wrong, capsys), mistake), "the hint does not name it"
 
 
 def _in_float32(fn: Callable) -> Callable:
@@ -1014,3 +1046,28 @@ def k3_trailing_comma(logp, ref_logp):
 ], ids=["broadcast error", "numpy on a grad input", "in-place on a grad input", "trailing comma"])
 def test_common_errors_and_forms_are_explained(exercise_id, wrong, words, capsys):
     assert words in _refused(exercise_id, wrong, capsys)
+
+
+def grpo_with_own_guard(delta: float, zero_constant_groups: bool = True) -> Callable:
+    """GRPO's advantage (R - mean) / (std + δ), a near-constant group zeroed or not."""
+    def advantages(rewards, group_size):
+        R = rewards.view(-1, group_size)
+        std = R.std(1, keepdim=True)
+        A = (R - R.mean(1, keepdim=True)) / (std + delta)
+        return (torch.where(std < 1e-4, torch.zeros_like(R), A) if zero_constant_groups else A).reshape(-1)
+    return advantages
+
+
+@pytest.mark.parametrize("delta", [1e-8, 1e-7, 1e-6])
+def test_a_grpo_advantage_with_its_own_small_epsilon_guard_passes(delta, capsys):
+    assert exercises.check_function("grpo-advantages", grpo_with_own_guard(delta)) is True
+    assert f"Your ε guard adds at most {delta:.2g} to the std" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("delta, zero, words", [
+    (1e-5, True, "your ε guard adds δ ≈ 1e-05 to the std, the reference's none"),
+    (1e-3, True, "on a group of std 0.00015 that shrinks Â by 87%"),
+    (1e-8, False, "a group whose std is below 0.0001 gets advantages up to 1.5 from your guard"),
+])
+def test_an_epsilon_guard_that_changes_the_advantages_is_refused_saying_what_differs(delta, zero, words, capsys):
+    assert words in _refused("grpo-advantages", grpo_with_own_guard(delta, zero), capsys)

@@ -9,33 +9,42 @@ A step is `my_step(model, tokenizer, optimizer, prompts, generator, group_size, 
 completions per prompt (minirlhf.sampling.sample, with `generator`), reward them (the arithmetic task's exact-match
 reward), compute GRPO's group advantages, the clipped loss (β = 0: no reference model), and take one optimizer step
 with the gradient norm clipped at 1. It returns a StepOutput. The reference (`reference_step`) is the same step
-written with minirlhf.losses; `check_step` runs both from the same seed and the same weights and names the first
-thing that differs: the samples, the rewards, the advantages, the loss, or the update (the gradient).
+written with minirlhf.losses. `check_step` runs both from the same seed and the same weights, two steps on one
+optimizer, the second on the first one's batch (sample() replays it: the ratio leaves 1 and the clip acts), and
+names the first thing that differs: an error (with the line of the step that raised), the samples (where they first
+differ), the rewards, the advantages, the loss, or the update, with the kind of mistake it shows where it can tell
+(a flipped sign, max for min, the clip on the advantage, a mean over padding, a missing optimizer.zero_grad(), ...).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import inspect
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
-from minirlhf import losses
+import minirlhf.course.exercises.mutants as mutants
+from minirlhf import losses, sampling
 from minirlhf.course.step_output import StepOutput  # what a step returns (its own module: solutions.py uses it)
 from minirlhf.errors import env_flag
 from minirlhf.logprobs import response_logprobs
 from minirlhf.models import disable_dropout, load_model
-from minirlhf.sampling import sample
+from minirlhf.sampling import Rollout, sample
 from minirlhf.tasks import arithmetic
 
 MAX_GRAD_NORM = 1.0
 LOSS_RTOL = 1e-4  # float32: the loss is a mean of a few hundred terms
 UPDATE_RTOL = 1e-3  # relative size of the difference of the two weight updates
-CHECK_LR = 1e-2  # check_step compares updates under plain SGD, so the update is the (clipped) gradient itself
+# check_step compares updates under plain SGD, so the update is the (clipped) gradient times CHECK_LR; a rate this
+# large moves the policy enough that, on the batch's second epoch, many ratios leave [1 - ε, 1 + ε] and the clip acts
+CHECK_LR = 0.1
+CHECK_EPOCHS = 2  # steps run on one optimizer, the second on the first one's batch (sample() replays it)
 
 
 StepFn = Callable[..., StepOutput]
@@ -66,13 +75,76 @@ def _weights(model: nn.Module) -> torch.Tensor:
     return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 
-def _run(step: StepFn, model: nn.Module, tokenizer, prompts: list[str], seed: int) -> tuple[StepOutput, torch.Tensor]:
-    """Run a step from a seed under SGD; return its output and the weight update it made."""
-    before = _weights(model)
+@dataclass
+class _Replay:
+    drawn: list[Rollout] = field(default_factory=list)  # the batch the first step sampled
+    epoch: int = 0  # the step running now
+    calls: int = 0  # its calls of sample() so far
+
+
+@contextlib.contextmanager
+def _replayed_batch(step: StepFn) -> Iterator[_Replay]:
+    """While open, a later step's first call of sample() returns the batch the first step sampled (any other call
+    samples as usual), in the step's module (or notebook) and in minirlhf.sampling: the second step trains on the
+    first one's batch, with the log-probs it was sampled with as old_logp, a second epoch as PPO and GRPO run it."""
+    state = _Replay()
+    original = sampling.sample
+
+    def replay(*args, **kwargs) -> Rollout:
+        state.calls += 1
+        if state.epoch > 0 and state.calls == 1 and state.drawn:
+            return state.drawn[0]
+        rollout = original(*args, **kwargs)
+        if not state.drawn:
+            state.drawn.append(rollout)
+        return rollout
+    fn = inspect.unwrap(step.func if isinstance(step, functools.partial) else step)  # decorated: the inner globals
+    namespaces = [vars(sampling), globals(), getattr(fn, "__globals__", {})]
+    patched = [(ns, name) for ns in {id(n): n for n in namespaces}.values() for name, value in list(ns.items())
+               if value is original]
+    for ns, name in patched:
+        ns[name] = replay
+    try:
+        yield state
+    finally:
+        for ns, name in patched:
+            ns[name] = original
+
+
+@dataclass
+class _Run:
+    outputs: list = field(default_factory=list)  # what each step returned
+    updates: list[torch.Tensor] = field(default_factory=list)  # the weight update each step made
+    rollout: Rollout | None = None  # the batch both steps trained on
+    error: BaseException | None = None  # what a step raised, and where
+    where: str = ""
+
+
+def _run(step: StepFn, model: nn.Module, tokenizer, prompts: list[str], seed: int) -> _Run:
+    """CHECK_EPOCHS steps from a seed, on one SGD optimizer and one batch; a step's error is caught and kept."""
+    from minirlhf.course.exercises.engine import error_location  # not at the top: the course's checkers load last
+
+    run = _Run()
     optimizer = torch.optim.SGD(model.parameters(), lr=CHECK_LR)
     torch.manual_seed(seed)  # the same global random state in both runs
-    out = step(model, tokenizer, optimizer, prompts, torch.Generator().manual_seed(seed), 8, 0.2)
-    return out, _weights(model) - before
+    generator = torch.Generator().manual_seed(seed)
+    with _replayed_batch(step) as replay:
+        for epoch in range(CHECK_EPOCHS):
+            replay.epoch, replay.calls = epoch, 0
+            before = _weights(model)
+            try:
+                out = step(model, tokenizer, optimizer, prompts, generator, 8, 0.2)
+            except NotImplementedError:
+                raise
+            except Exception as error:  # noqa: BLE001 -- the student's error is reported, with its line
+                run.error, run.where = error, error_location(error, step)
+                break
+            run.outputs.append(out)
+            run.updates.append(_weights(model) - before)
+            if not isinstance(out, StepOutput):
+                break
+    run.rollout = replay.drawn[0] if replay.drawn else None
+    return run
 
 
 def _tensor(value, name: str) -> torch.Tensor:
@@ -81,47 +153,179 @@ def _tensor(value, name: str) -> torch.Tensor:
     return value.detach().cpu().double()
 
 
-def compare(step: StepFn, seed: int = 0, model_name: str = "tiny-sft", n_prompts: int = 4) -> list[str]:
-    """What differs between `step` and the reference on one seeded step: [] when nothing does."""
-    model, tokenizer = load_model(model_name, device="cpu")
-    disable_dropout(model)  # as the trainers do: p_θ scores the samples exactly as it drew them
-    prompts = [p.prompt for p in arithmetic.sample_problems("train", n_prompts, seed)]
-    expected, expected_update = _run(reference_step, copy.deepcopy(model), tokenizer, prompts, seed)
-    actual, actual_update = _run(step, model, tokenizer, prompts, seed)
-    if not isinstance(actual, StepOutput):
-        return [f"my_step returned a {type(actual).__name__}: return a capstone.StepOutput(completions, rewards, "
+def _first_difference(expected: list[str], actual: list[str], tokenizer, group_size: int) -> list[str]:
+    """Where two lists of completions first differ: the answer, and the token within it."""
+    if len(expected) != len(actual):
+        return [f"  expected {len(expected)} completions (prompts × group_size), got {len(actual)}"]
+    i = next(i for i, (e, a) in enumerate(zip(expected, actual)) if e != a)
+    e_ids, a_ids = (tokenizer(text, add_special_tokens=False)["input_ids"] for text in (expected[i], actual[i]))
+    t = next((t for t, (x, y) in enumerate(zip(e_ids, a_ids)) if x != y), min(len(e_ids), len(a_ids)))
+    token = [repr(tokenizer.decode(ids[t:t + 1])) if t < len(ids) else "(the end)" for ids in (e_ids, a_ids)]
+    return [f"  first difference: answer {i} (prompt {i // group_size}, sample {i % group_size}), token {t}: "
+            f"expected {token[0]}, yours {token[1]}",
+            f"  expected {expected[i]!r}", f"  yours    {actual[i]!r}"]
+
+
+def _advantage_kind(advantages: torch.Tensor, rewards: torch.Tensor, expected: torch.Tensor, group_size: int) -> str:
+    """The kind of mistake the advantages show, as a label for the message, or ""."""
+    R = rewards.double().view(-1, group_size)
+
+    def normalised(mean, std):
+        return torch.where(std < 1e-4, torch.zeros_like(R), (R - mean) / std.clamp_min(1e-4)).reshape(-1)
+    candidates = [
+        (mutants.SIGN, -expected.double()),
+        (mutants.BIASED_STD, normalised(R.mean(1, keepdim=True), R.std(1, keepdim=True, correction=0))),
+        (mutants.AXIS, normalised(R.mean(0, keepdim=True), R.std(0, keepdim=True))),
+        (mutants.AXIS, normalised(R.mean(1, keepdim=True), R.std(0, keepdim=True))),
+        (mutants.AXIS, normalised(R.mean(0, keepdim=True), R.std(1, keepdim=True))),
+    ]
+    return next((f"({kind}) " for kind, value in candidates if value.shape == advantages.shape and
+                 torch.allclose(advantages, value, rtol=1e-5, atol=1e-6)), "")
+
+
+def _loss_kind(loss: torch.Tensor, model: nn.Module, rollout: Rollout, advantages: torch.Tensor, eps: float) -> str:
+    """The kind of mistake a step's loss shows, read from the policy the step started from, as a label, or ""."""
+    with torch.no_grad():
+        logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                                 prompt_length=rollout.prompt_length).double()
+    keep = rollout.response_mask.bool()
+    old, A = rollout.logprobs.double(), advantages.double()[:, None]
+    ratio = torch.exp(torch.where(keep, logp - old, torch.zeros_like(logp)))
+    clipped = torch.clamp(ratio, 1 - eps, 1 + eps)
+
+    def token_mean(x):
+        return torch.where(keep, x, torch.zeros_like(x)).sum() / keep.sum()
+    objective = torch.minimum(ratio * A, clipped * A)
+    candidates = [
+        (mutants.SIGN, token_mean(objective)),
+        (mutants.MIN_MAX, -token_mean(torch.maximum(ratio * A, clipped * A))),
+        (mutants.CLIP, -token_mean(torch.minimum(ratio * A, ratio * torch.clamp(A, 1 - eps, 1 + eps)))),
+        (mutants.CLIP, -token_mean(torch.minimum(ratio * A, torch.clamp(ratio * A, 1 - eps, 1 + eps)))),
+        ("no clipping", -token_mean(ratio * A)),
+        (mutants.PADDING, -torch.where(keep, objective, torch.zeros_like(objective)).sum() / keep.numel()),
+        (mutants.AXIS, -(torch.where(keep, objective, torch.zeros_like(objective)).sum(-1) / keep.sum(-1)).mean()),
+        (mutants.MASK, -torch.minimum(torch.exp(logp - old) * A, torch.exp(logp - old).clamp(1 - eps, 1 + eps) * A
+                                      ).mean()),
+    ]
+    for low, high in ((eps - 1, 1 + eps), (1 + eps, 1 + eps), (1 - eps, 1 - eps)):  # a sign flipped in the clip range
+        candidates.append((mutants.SIGN, -token_mean(torch.minimum(ratio * A, torch.clamp(ratio, low, high) * A))))
+    return next((f"({kind}) " for kind, value in candidates
+                 if torch.allclose(loss, value, rtol=LOSS_RTOL, atol=1e-7)), "")
+
+
+def _gradient_norm(model: nn.Module, rollout: Rollout, advantages: torch.Tensor, eps: float) -> float:
+    """The norm of the reference loss's gradient at the policy a step started from, before clipping."""
+    model = copy.deepcopy(model)
+    logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                             prompt_length=rollout.prompt_length)
+    loss, _ = losses.grpo_loss(logp, rollout.logprobs, None, advantages, rollout.response_mask, eps=eps, beta=0.0,
+                               aggregation="token-mean")
+    loss.backward()
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+
+
+def _scale_kind(scale: float, start: nn.Module, expected: _Run, epoch: int) -> str:
+    """The mistake that makes the update the reference's times `scale`: a mean over padding (the gradient times the
+    share of real tokens) or no clipping of the gradient norm, told apart by the unclipped gradient norm."""
+    rollout = expected.rollout
+    norm = _gradient_norm(start, rollout, expected.outputs[epoch].advantages, 0.2)
+    share = float(rollout.response_mask.sum() / rollout.response_mask.numel())
+    clipped = min(1.0, MAX_GRAD_NORM / norm)
+    if abs(scale - share * min(1.0, MAX_GRAD_NORM / (share * norm)) / clipped) < 1e-2 * scale:
+        return (f"({mutants.PADDING}) your update points the same way, scaled as if the loss were divided by every "
+                f"position: divide the masked sum by the number of real response tokens (mask.sum()), not by every "
+                f"position (.mean() or mask.numel())")
+    if abs(scale - 1 / clipped) < 1e-2 * scale:
+        return (f"(gradient norm not clipped) your update points the same way, {scale:.3g} times as long: clip the "
+                f"gradient norm at {MAX_GRAD_NORM:g} (torch.nn.utils.clip_grad_norm_) after loss.backward(), before "
+                f"optimizer.step()")
+    return ("your update points the same way with another size: is the loss a token mean over the real response "
+            f"tokens of the whole batch, and the gradient norm clipped at {MAX_GRAD_NORM:g} before optimizer.step()?")
+
+
+def _update_problem(actual: _Run, expected: _Run, epoch: int, start: nn.Module) -> str:
+    """What is wrong with a step's weight update ("" when it matches), with the kind it shows."""
+    mine, theirs = actual.updates[epoch], expected.updates[epoch]
+    gap = float((mine - theirs).norm() / theirs.norm().clamp_min(1e-12))
+    if gap <= UPDATE_RTOL:
+        return ""
+    cosine = float(torch.nn.functional.cosine_similarity(mine, theirs, dim=0)) if mine.norm() > 0 else 0.0
+    if mine.norm() == 0:
+        words = (f"({mutants.DETACH_EXTRA}) no update at all: is optimizer.step() called, and is the loss built from "
+                 f"log-probs with a gradient (no .detach(), no torch.no_grad())?")
+    elif epoch > 0 and not _update_problem(actual, expected, 0, start):
+        words = ("(gradient accumulated) the first step's update is right, the second's is not: the first step's "
+                 "gradient is still in .grad. Call optimizer.zero_grad() before loss.backward()")
+    elif cosine < -0.999:
+        words = f"({mutants.SIGN}) your update goes the opposite way: the loss is minus the clipped surrogate's mean"
+    elif cosine > 0.999:
+        words = _scale_kind(float(mine.norm() / theirs.norm()), start, expected, epoch)
+    else:
+        words = ("the gradient differs (is the loss averaged over the real response tokens of the whole batch, is it "
+                 "built from log-probs with a gradient, is the gradient norm clipped at 1 before optimizer.step()?)")
+    return f"update: {words}; relative difference of the weight updates {gap:.2g}"
+
+
+def _step_problems(actual: _Run, expected: _Run, epoch: int, start: nn.Module, tokenizer) -> list[str]:
+    """What differs in one step (the first epoch samples the batch, the second trains on it again)."""
+    from minirlhf.course.exercises.engine import error_hint
+
+    if actual.error is not None and len(actual.outputs) == epoch:
+        lines = [f"my_step raised {type(actual.error).__name__}: {actual.error}"]
+        lines += [f"  at: {actual.where}"] if actual.where else []
+        return lines + [f"  hint: {error_hint(str(actual.error))} (stuck? capstone.solution())"]
+    out, wanted = actual.outputs[epoch], expected.outputs[epoch]
+    if not isinstance(out, StepOutput):
+        return [f"my_step returned a {type(out).__name__}: return a capstone.StepOutput(completions, rewards, "
                 f"advantages, loss)"]
-    if list(actual.completions) != expected.completions:
+    if list(out.completions) != wanted.completions:
         return ["sampling: the completions differ. Sample with sample(model, tokenizer, prompts, "
                 "group_size=group_size, max_new_tokens=arithmetic.MAX_NEW_TOKENS, generator=generator), once, "
                 "before the update, and draw nothing else from the generator.",
-                f"  expected {expected.completions[:8]}", f"  yours    {list(actual.completions)[:8]}"]
-    problems = []
-    rewards, advantages, loss = (_tensor(getattr(actual, n), n) for n in ("rewards", "advantages", "loss"))
-    if rewards.shape != expected.rewards.shape or not torch.equal(rewards, expected.rewards.double()):
-        problems.append(f"rewards: expected {expected.rewards.tolist()}, got {rewards.tolist()} "
-                        f"(arithmetic.correctness_reward(rollout.prompts, rollout.completions))")
-    elif advantages.shape != expected.advantages.shape or not torch.allclose(
-            advantages, expected.advantages.double(), rtol=1e-5, atol=1e-6):
-        problems.append(f"advantages: expected {expected.advantages.tolist()}, got {advantages.tolist()} "
-                        f"(group-normalised: (R - mean) / std within each group of G, 0 for a constant group)")
-    if not problems and not torch.allclose(loss, expected.loss.double(), rtol=LOSS_RTOL, atol=1e-7):
-        problems.append(f"loss value: expected {expected.loss.item():.6g}, got {loss.item():.6g} (the clipped "
-                        f"surrogate averaged over the real response tokens, with the sampling log-probs as old_logp)")
-    gap = (actual_update - expected_update).norm() / expected_update.norm().clamp_min(1e-12)
-    if not problems and gap > UPDATE_RTOL:
-        words = "no update at all (was optimizer.step() called?)" if actual_update.norm() == 0 else (
-            "the gradient differs (is the loss averaged over the real response tokens of the whole batch, is it "
-            "built from log-probs with a gradient, is the gradient norm clipped at 1 before optimizer.step()? On "
-            "policy the ratio is 1 and the loss's value is about 0, so a wrong average often shows only here)")
-        problems.append(f"update: {words}; relative difference of the weight updates {gap:.2g}")
-    return problems
+                *_first_difference(wanted.completions, list(out.completions), tokenizer, 8)]
+    rewards, advantages, loss = (_tensor(getattr(out, n), n) for n in ("rewards", "advantages", "loss"))
+    if rewards.shape != wanted.rewards.shape or not torch.equal(rewards, wanted.rewards.double()):
+        kind = f"({mutants.SIGN}) " if torch.equal(rewards, -wanted.rewards.double()) else ""
+        return [f"rewards: {kind}expected {wanted.rewards.tolist()}, got {rewards.tolist()} "
+                f"(arithmetic.correctness_reward(rollout.prompts, rollout.completions))"]
+    if advantages.shape != wanted.advantages.shape or not torch.allclose(
+            advantages, wanted.advantages.double(), rtol=1e-5, atol=1e-6):
+        kind = _advantage_kind(advantages, rewards, wanted.advantages, 8)
+        return [f"advantages: {kind}expected {wanted.advantages.tolist()}, got {advantages.tolist()} "
+                f"(group-normalised: (R - mean) / std within each group of G, sample std, 0 for a constant group)"]
+    if not torch.allclose(loss, wanted.loss.double(), rtol=LOSS_RTOL, atol=1e-7):
+        kind = _loss_kind(loss, start, expected.rollout, wanted.advantages, 0.2)
+        return [f"loss value: {kind}expected {wanted.loss.item():.6g}, got {loss.item():.6g} (minus the clipped "
+                f"surrogate min(r Â, clip(r, 1 - ε, 1 + ε) Â) averaged over the real response tokens of the batch, "
+                f"with the sampling log-probs as old_logp)"]
+    problem = _update_problem(actual, expected, epoch, start)
+    return [problem] if problem else []
+
+
+def compare(step: StepFn, seed: int = 0, model_name: str = "tiny-sft", n_prompts: int = 4) -> list[str]:
+    """What differs between `step` and the reference over CHECK_EPOCHS steps on one optimizer, the batch of the
+    first reused by the second (so the ratio leaves 1 and the clip acts): [] when nothing does."""
+    model, tokenizer = load_model(model_name, device="cpu")
+    disable_dropout(model)  # as the trainers do: p_θ scores the samples exactly as it drew them
+    prompts = [p.prompt for p in arithmetic.sample_problems("train", n_prompts, seed)]
+    start = copy.deepcopy(model)
+    expected = _run(reference_step, copy.deepcopy(model), tokenizer, prompts, seed)
+    actual = _run(step, model, tokenizer, prompts, seed)
+    for epoch in range(CHECK_EPOCHS):
+        if epoch:  # the policy the second step starts from: the reference's after the first
+            torch.nn.utils.vector_to_parameters(_weights(start) + expected.updates[0], start.parameters())
+        problems = _step_problems(actual, expected, epoch, start, tokenizer)
+        if problems:
+            where = "the first step" if epoch == 0 else "the second step (the same batch again: the ratio leaves 1)"
+            return [f"{where}: {problems[0]}", *problems[1:]]
+    return []
 
 
 def check_step(step: StepFn, seed: int = 0) -> bool:
-    """Print whether `step` matches the reference GRPO step on a seeded batch, naming what differs; True if it does.
+    """Print whether `step` matches the reference GRPO step over two steps on one optimizer (the second on the
+    first one's batch), naming what differs; True if it does.
     With MINIRLHF_EXERCISES_STRICT=1 (the notebook test) a difference raises ExerciseFailed instead."""
-    from minirlhf.course.exercises.engine import STRICT_ENV, ExerciseFailed  # not at the top: engine imports us
+    from minirlhf.course.exercises.engine import STRICT_ENV, ExerciseFailed  # not at the top: the checkers load last
 
     try:
         problems = compare(step, seed)
@@ -134,8 +338,8 @@ def check_step(step: StepFn, seed: int = 0) -> bool:
         if env_flag(STRICT_ENV):
             raise ExerciseFailed(message)
         return False
-    print("✓ capstone: my_step samples the same answers and computes the same rewards, advantages, loss and "
-          "weight update as the reference step.")
+    print("✓ capstone: over two steps on one optimizer, the second on the same batch, my_step samples the same "
+          "answers and computes the same rewards, advantages, loss and weight update as the reference step.")
     return True
 
 

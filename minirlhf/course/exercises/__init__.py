@@ -9,8 +9,11 @@ math) on named cases: random inputs and the edge cases where the classic mistake
 groups with zero or near-zero std, clipping active at several ε, Â of both signs, one-token and empty responses,
 G = 2). Every argument and every differentiable input changes the result of at least one case. Values are
 compared, and gradients with respect to every differentiable input (a detached ratio gives the right loss and no
-gradient). The first failing case is printed with its inputs, the expected and actual values and a hint: the one of
-the catalogued wrong version whose outputs agree with the student's.
+gradient; a KTO loss that keeps z_ref in the graph gives the right loss and a gradient where there must be none). The
+first failing case is printed with its inputs, the expected and actual values and a hint whose label names the kind
+of mistake (sign flipped, detach missing, wrong axis, mask dropped, ...: `mutants`, the single-edit wrong versions
+of each worked solution, whose outputs tell the kinds apart) and the catalogued wrong version whose outputs agree
+with the student's.
 
 The engine (`engine`) knows no topic; each notebook topic declares its exercises in a catalogue module
 (`policy_gradient`, `ppo`, `grpo`, `dpo`, `reward_model`, `grpo_r1`): cases, reference, wrong versions and their hints.

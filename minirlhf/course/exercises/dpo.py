@@ -358,7 +358,8 @@ KTO_LOSS = Exercise(
         Mistake("β missing from the rewards", _kto_rewards_without_beta,
                 "the loss is right but the returned rewards lack β: they are β (log p_θ(y|x) - log p_ref(y|x))."),
     ),
-    grad_inputs=("policy_logps",),
+    # z_ref is a reference point: no gradient reaches the mismatched pairs' log-probs through it
+    grad_inputs=("policy_logps", "policy_kl_logps"),
 )
 
 EXERCISES = [DPO_LOSS, SIMPO_LOSS, ORPO_LOSS, KTO_LOSS]

@@ -8,13 +8,20 @@ accepts (a well-known implementation that differs on purpose) are declared as va
 
 On every case the engine checks, in this order: an input changed in place, an error (reported with the line of the
 student's code that raised), the form of the result (None, a list, a number, a wrong shape or dtype), the values, and
-the gradient with respect to each differentiable input. When a check fails, the hint is the one of the wrong version
-whose outputs agree with the student's on every case (else on the failing one); otherwise a generic hint.
+the gradient with respect to each differentiable input (none where the reference detaches it: KTO's z_ref).
+
+When a check fails, the hint names the kind of the mistake (mutants.py: sign flipped, detach missing or extra, wrong
+axis, ...), read from the student's outputs (the result negated, a gradient where the reference has none) or from the
+mutant of the worked solution whose outputs agree with the student's; with it the hint of the catalogued wrong
+version that agrees, else the kind's own hint. An exercise may also recognise a family of equivalent forms from the
+outputs (equivalent_forms: an ε guard of the student's own), accepted with a note or refused saying what differs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +30,7 @@ from typing import Any
 
 import torch
 
+import minirlhf.course.exercises.mutants as mutants
 from minirlhf.course import solutions
 from minirlhf.errors import env_flag
 
@@ -50,6 +58,7 @@ class Mistake:
     name: str
     fn: Callable[..., Any]  # the wrong version, same parameters as the exercise
     hint: str
+    kind: str = ""  # its kind (mutants.KINDS), where the mutants of the solution cannot make it
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,12 @@ class Variant:
     name: str
     fn: Callable[..., Any]  # another correct answer, accepted when it agrees on every case
     note: str  # what sets it apart from the reference, printed with the verdict
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool  # True: an equivalent form, passed with the note; False: refused, the note is the hint
+    note: str
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,9 @@ class Exercise:
     mistakes: tuple[Mistake, ...]
     grad_inputs: tuple[str, ...] = ()  # inputs whose gradient (of the first output, summed) is compared too
     variants: tuple[Variant, ...] = ()
+    # a family of equivalent forms the checker recognises from the outputs (an ε guard of one's own, say): given the
+    # cases and the student's outcomes, a Verdict, or None when the outputs are not of that family
+    equivalent_forms: Callable[[Sequence[Case], Sequence[Outcome], Sequence[Outcome]], Verdict | None] | None = None
 
     @property
     def solution_fn(self) -> Callable[..., Any]:
@@ -135,7 +153,7 @@ def _readable(result: Any) -> tuple[torch.Tensor, ...] | None:
         return None
 
 
-def _where(error: BaseException, fn: Callable[..., Any]) -> str:
+def error_location(error: BaseException, fn: Callable[..., Any]) -> str:
     """The line of the student's code that raised: the deepest frame in fn's file, else outside torch and here."""
     frames = traceback.extract_tb(error.__traceback__)
     filename = getattr(getattr(fn, "__code__", None), "co_filename", None)
@@ -170,7 +188,7 @@ def run(fn: Callable[..., Any], case: Case, exercise: Exercise) -> Outcome:
     except NotImplementedError:
         raise
     except Exception as error:  # noqa: BLE001 -- any error of the student's code is reported, not raised
-        return Outcome(error=error, where=_where(error, fn), changed=_changed(case, inputs))
+        return Outcome(error=error, where=error_location(error, fn), changed=_changed(case, inputs))
     return Outcome(_detached(result), _readable(result), grads, changed=_changed(case, inputs))
 
 
@@ -187,6 +205,18 @@ def expected_outcomes(exercise: Exercise) -> tuple[Outcome, ...]:
 @functools.cache
 def _outcomes_of(exercise: Exercise, fn: Callable[..., Any]) -> tuple[Outcome, ...]:
     return tuple(run(fn, case, exercise) for case in cases_of(exercise))
+
+
+@functools.cache
+def mutants_of(exercise: Exercise) -> tuple[mutants.Mutant, ...]:
+    """The single-edit wrong versions of the exercise's worked solution (mutants.py), each labelled with its kind."""
+    tensors = [name for name, value in cases_of(exercise)[0].inputs.items() if isinstance(value, torch.Tensor)]
+    return tuple(mutants.mutants(exercise.solution_fn, exercise.grad_inputs, tensors))
+
+
+def equivalent(exercise: Exercise, fn: Callable[..., Any]) -> bool:
+    """Whether fn agrees with the reference on every case (a mutant that changes nothing the cases can see)."""
+    return not any(difference(a, e) for a, e in zip(_outcomes_of(exercise, fn), expected_outcomes(exercise)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -284,16 +314,137 @@ def _agrees_with_mistake(actual: Outcome, wrong: Outcome) -> bool:
     return all(_grads_close(actual.grads.get(name), grad) for name, grad in wrong.grads.items())
 
 
-def _named_hint(exercise: Exercise, student: Sequence[Outcome], failing: int) -> str | None:
-    """The hint of the wrong version that agrees with the student on every case, else on the failing case; only a
-    wrong version that shows on the failing case (differs from the reference there) can name the mistake."""
+def _named_mistake(exercise: Exercise, student: Sequence[Outcome], failing: int) -> tuple[Mistake | None, bool]:
+    """The catalogued wrong version that agrees with the student on every case (and True), else on the failing case
+    (and False); only a wrong version that shows on the failing case (differs from the reference there) counts."""
     expected = expected_outcomes(exercise)[failing]
     shown = [m for m in exercise.mistakes if not _agrees_with_mistake(expected, _outcomes_of(exercise, m.fn)[failing])]
-    for rule in (range(len(student)), (failing,)):
+    for every_case, rule in ((True, range(len(student))), (False, (failing,))):
         for mistake in shown:
             if all(_agrees_with_mistake(student[i], _outcomes_of(exercise, mistake.fn)[i]) for i in rule):
-                return f"({mistake.name}) {mistake.hint}"
-    return None
+                return mistake, every_case
+    return None, False
+
+
+def _negated(actual: Outcome, expected: Outcome) -> bool:
+    """Whether the first output is minus the reference's (and not zero, where a sign cannot show)."""
+    return bool(actual.values and expected.values) and _close(actual.values[0], -expected.values[0])
+
+
+def _no_gradient(grad: torch.Tensor | None) -> bool:
+    return grad is None or not grad.any()
+
+
+def _signature_kinds(exercise: Exercise, student: Sequence[Outcome]) -> list[str]:
+    """The kinds the student's outcomes show by themselves: an input changed in place, the result negated on every
+    case, a gradient where the reference has none, no gradient on any case where it has one."""
+    expected = expected_outcomes(exercise)
+    if any(a.changed or (a.error is not None and "in-place" in str(a.error)) for a in student):
+        return [mutants.IN_PLACE]
+    if any(a.error is not None for a in student):
+        return []
+    shows_sign = [i for i, e in enumerate(expected) if e.values and e.values[0].numel() and
+                  e.values[0].abs().max() > ATOL]
+    if shows_sign and all(_negated(student[i], expected[i]) for i in shows_sign):
+        return [mutants.SIGN]
+    pairs = list(zip(student, expected))
+    if any(difference(a, e) and not difference(a, e).startswith("the gradient") for a, e in pairs):
+        return []  # a detach shows as right values with a wrong gradient
+    kinds = []
+    names = {name for _, e in pairs for name in e.grads}
+    # detach missing: a gradient on an input that the reference gives none on any case
+    if any(all(_no_gradient(e.grads.get(n)) for _, e in pairs) and
+           any(not _no_gradient(a.grads.get(n)) for a, _ in pairs) for n in names):
+        kinds.append(mutants.DETACH_MISSING)
+    # detach extra: no gradient on any case reaches an input the reference's gradient reaches
+    if any(any(not _no_gradient(e.grads.get(n)) for _, e in pairs) and
+           all(_no_gradient(a.grads.get(n)) for a, _ in pairs) for n in names):
+        kinds.append(mutants.DETACH_EXTRA)
+    return kinds
+
+
+def _agreeing_mutants(exercise: Exercise, student: Sequence[Outcome], cases: Sequence[int]) -> list[mutants.Mutant]:
+    """The worked solution's mutants whose outputs agree with the student's on the given cases (an error agrees
+    with no mutant: the report shows the error itself)."""
+    if any(student[i].error is not None for i in cases):
+        return []
+    return [m for m in mutants_of(exercise) if not equivalent(exercise, m.fn) and
+            all(_agrees_with_mistake(student[i], _outcomes_of(exercise, m.fn)[i]) for i in cases)]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    kinds: list[str]  # the kinds of mistake (mutants.KINDS) the student's outcomes show, possibly none
+    mistake: Mistake | None  # the catalogued wrong version that agrees with them
+    edit: str = ""  # the edit of the worked solution that gives the student's outcomes, when one does
+
+
+def diagnose(exercise: Exercise, student: Sequence[Outcome], failing: int) -> Diagnosis:
+    """What the student's mistake is: a signature of the outputs first (in place, negated, a gradient where the
+    reference has none or none where it has one), then the mutants that agree on every case, then (when no
+    catalogued version agrees on every case) those that agree on the failing case."""
+    mistake, every_case = _named_mistake(exercise, student, failing)
+    kinds = _signature_kinds(exercise, student) or ([mistake.kind] if mistake and mistake.kind else [])
+    if kinds:
+        return Diagnosis(kinds, mistake)
+    agreeing = _agreeing_mutants(exercise, student, range(len(student)))
+    if not agreeing and not every_case:
+        agreeing = _agreeing_mutants(exercise, student, (failing,))
+    return Diagnosis(list(dict.fromkeys(m.kind for m in agreeing)), mistake, agreeing[0].edit if agreeing else "")
+
+
+@dataclass(frozen=True)
+class MutantScore:
+    mutant: mutants.Mutant
+    equivalent: bool  # agrees with the reference on every case: nothing to refuse
+    raises: bool  # raises on some case: refused with the error and its line
+    refused: bool
+    named: bool  # the hint names the mutant's kind (for one that raises: the error is shown with its line)
+
+
+def score_mutants(exercise: Exercise) -> list[MutantScore]:
+    """Run the checker on every mutant of the exercise's worked solution: is each refused, with its kind named?"""
+    scores = []
+    for mutant in mutants_of(exercise):
+        if equivalent(exercise, mutant.fn):
+            scores.append(MutantScore(mutant, True, False, False, False))
+            continue
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            refused = not check(exercise, mutant.fn, strict=False)
+        report = out.getvalue()
+        raises = any(o.error is not None for o in _outcomes_of(exercise, mutant.fn))
+        named = refused and (hint_names(report, mutant.kind) or (raises and "raised an error" in report))
+        scores.append(MutantScore(mutant, False, raises, refused, named))
+    return scores
+
+
+def _label(report: str) -> tuple[list[str], str, str]:
+    """The hint's label, read back from a report: (the kinds it names, the catalogued mistake it names, the text)."""
+    hint = next((line for line in report.splitlines() if line.startswith("  hint: (")), "  hint: ()")
+    label, _, text = hint[len("  hint: ("):].partition(") ")
+    kinds, rest = [], label
+    while True:  # the label is "kind or kind: mistake name", "kind", or "mistake name"
+        kind = next((k for k in mutants.KINDS if rest == k or rest.startswith((k + " or ", k + ": "))), None)
+        if kind is None:
+            return (kinds, rest, text) if kinds or not label else ([], label, text)
+        kinds.append(kind)
+        rest = rest[len(kind):]
+        if not rest.startswith(" or "):
+            return kinds, rest.removeprefix(": "), text
+        rest = rest[len(" or "):]
+
+
+def hint_names(report: str, kind: str) -> bool:
+    """Whether a report's hint names the kind of mistake (mutants.KINDS) in its label."""
+    kinds, name, _ = _label(report)
+    return kind in kinds or kind == name
+
+
+def names_mistake(report: str, mistake: Mistake) -> bool:
+    """Whether a report's hint names the catalogued mistake and gives its hint."""
+    kinds, name, text = _label(report)
+    return mistake.name in (name, *kinds) and text.startswith(mistake.hint)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -331,7 +482,7 @@ ERROR_HINTS = {  # words of a torch error: what the student most likely did
 }
 
 
-def _error_hint(message: str) -> str:
+def error_hint(message: str) -> str:
     """The hint for an error raised by the student's code: what its words usually mean, else where to look."""
     return next((hint for words, hint in ERROR_HINTS.items() if words in message),
                 "read the error and the line it points at")
@@ -351,12 +502,15 @@ def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what:
                 "x.zero_(), which overwrite the caller's tensor.")
     if what.startswith("the gradient"):
         name = what.rsplit(" ", 1)[-1]
+        if expected.grads[name] is None or not expected.grads[name].any():
+            return (f"a gradient reaches {name}, which the reference detaches: {name} enters the equation as a "
+                    f"constant, so detach what is computed from it (.detach()).")
         if actual.grads[name] is None or not actual.grads[name].any():
             return (f"the values are right but no gradient reaches {name}: something detaches it (.detach(), "
                     f".item(), torch.tensor(...) of computed numbers, numpy, or torch.no_grad()).")
         return f"a term that depends on {name} is wrong although the values agree: check each use of {name}."
     if actual.error is not None:
-        return _error_hint(str(actual.error)) + f" (stuck? exercises.solution({exercise.id!r}))."
+        return error_hint(str(actual.error)) + f" (stuck? exercises.solution({exercise.id!r}))."
     if not what.startswith("the values"):
         return f"return what the stub describes: {_describe(expected.result)}."
     if _nearly(actual.values, expected.values):
@@ -364,6 +518,38 @@ def _fallback_hint(exercise: Exercise, actual: Outcome, expected: Outcome, what:
                 "float32 (torch.tensor(...) or torch.zeros(...) without dtype=, .float()), or a small constant "
                 "(an ε added somewhere) is not in the equation. Keep the inputs' dtype and the equation's terms.")
     return f"compare your steps with the equation term by term (stuck? exercises.solution({exercise.id!r}))."
+
+
+def _hint(exercise: Exercise, student: Sequence[Outcome], failing: int, what: str, verdict: Verdict | None) -> str:
+    """The hint: a label in brackets naming the kinds of the mistake (or the catalogued version's name), then the
+    catalogued version's hint, the equivalent form's note, or the kind's own hint."""
+    numbers = what.startswith(("the values", "the gradient")) or " has shape " in what  # a wrong axis changes shapes
+    in_place = what == "an input changed in place" or "in-place" in str(student[failing].error or "")
+    if not (numbers or in_place or verdict):  # a wrong form or an error: the report says what it is
+        mistake = _named_mistake(exercise, student, failing)[0]
+        return (f"({mistake.name}) {mistake.hint}" if mistake else
+                _fallback_hint(exercise, student[failing], expected_outcomes(exercise)[failing], what))
+    diagnosis = diagnose(exercise, student, failing)
+    kinds, mistake = diagnosis.kinds, diagnosis.mistake
+    if mistake is not None:
+        text = mistake.hint + (f" In numbers: {verdict.note}" if verdict else "")
+    elif verdict is not None:
+        text = verdict.note
+    elif what.startswith("the gradient") and set(kinds) & {mutants.DETACH_MISSING, mutants.DETACH_EXTRA}:
+        text = _fallback_hint(exercise, student[failing], expected_outcomes(exercise)[failing], what)
+    elif kinds:
+        text = " ".join(dict.fromkeys(mutants.KIND_HINTS[k] for k in kinds))
+        if diagnosis.edit:
+            before, after = diagnosis.edit.split(" -> ", 1)
+            text += f" Your results are those of the worked solution with `{before}` written `{after}`."
+    else:
+        return _fallback_hint(exercise, student[failing], expected_outcomes(exercise)[failing], what)
+    if not kinds and mistake is None:
+        return text
+    label = " or ".join(kinds) if kinds else mistake.name
+    if kinds and mistake is not None and mistake.name not in kinds:
+        label += f": {mistake.name}"
+    return f"({label}) {text}"
 
 
 def _details(expected: Outcome, actual: Outcome, what: str) -> list[str]:
@@ -389,6 +575,7 @@ def _report(exercise: Exercise, case: Case, expected: Outcome, actual: Outcome, 
         problem = "your function raised an error"
     elif what.startswith(("the values", "the gradient")):
         problem = f"mismatch in {what}"
+
     else:
         problem = what
     stop = "" if problem.endswith((".", "?")) else "."
@@ -425,9 +612,15 @@ def check(exercise: Exercise, fn: Callable[..., Any], strict: bool | None = None
                 print(f"✓ {exercise.id}: passed {len(cases)} cases as {variant.name}, not minirlhf's own function. "
                       f"{variant.note}")
                 return True
+        only_values = all(not what or what.startswith("the values") for what in differences)
+        verdict = exercise.equivalent_forms(cases, student, expected) if exercise.equivalent_forms and only_values \
+            else None
+        if verdict and verdict.accepted:
+            print(f"✓ {exercise.id}: passed {len(cases)} cases in an equivalent form. {verdict.note}")
+            return True
         actual, what = student[failing], differences[failing]
-        hint = _named_hint(exercise, student, failing) or _fallback_hint(exercise, actual, expected[failing], what)
-        message = _report(exercise, cases[failing], expected[failing], actual, what, hint)
+        message = _report(exercise, cases[failing], expected[failing], actual, what,
+                          _hint(exercise, student, failing, what, verdict))
     print(message)
     if strict:
         raise ExerciseFailed(message)

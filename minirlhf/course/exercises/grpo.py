@@ -6,8 +6,9 @@ import inspect
 
 import torch
 
+import minirlhf.course.exercises.mutants as mutants
 from minirlhf import losses
-from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, Variant, randn, tensor
+from minirlhf.course.exercises.engine import DTYPE, Case, Exercise, Mistake, Variant, Verdict, randn, tensor
 
 # A group whose std is below this counts as constant (Â = 0): the library's own threshold, read from
 # grpo_advantages' default so the cases follow it if it moves.
@@ -128,6 +129,60 @@ def _grpo_trl(rewards, group_size):
     return ((R - R.mean(1, keepdim=True)) / (R.std(1, keepdim=True) + TRL_STD_EPS)).reshape(-1)
 
 
+# an ε guard of one's own, Â = (R - mean) / (std + δ), is accepted when δ changes no advantage of a group with a real
+# spread (std at least CONSTANT_GROUP_STD) by more than 1%
+GUARD_TOLERANCE = 0.01
+MAX_GUARD = GUARD_TOLERANCE * CONSTANT_GROUP_STD
+
+
+def _epsilon_guard(cases, student, expected):
+    """Recognise Â = (R - mean) / (std + δ) (or / max(std, δ)) on the groups with a real spread, for one δ ≥ 0 read
+    from the student's numbers; accept it when δ ≤ MAX_GUARD and a constant group still gets Â = 0, else say what
+    differs. None when the student's numbers are not of that form."""
+    deltas, unzeroed = [], []
+    for case, actual in zip(cases, student):
+        if actual.error is not None or not actual.values or len(actual.values) != 1:
+            return None
+        R = case.inputs["rewards"].view(-1, case.inputs["group_size"])
+        if actual.values[0].shape != case.inputs["rewards"].shape:
+            return None
+        A = actual.values[0].view_as(R)
+        std, centred = R.std(1, keepdim=True), R - R.mean(1, keepdim=True)
+        for row in range(R.shape[0]):
+            j = int(centred[row].abs().argmax())
+            if std[row] < CONSTANT_GROUP_STD:
+                if A[row].abs().max() > 0:
+                    unzeroed.append(float(A[row].abs().max()))
+                continue
+            if A[row, j] == 0 or (A[row, j] > 0) != (centred[row, j] > 0):
+                return None
+            delta = float(centred[row, j] / A[row, j] - std[row])
+            if not torch.allclose(A[row], centred[row] / (std[row] + delta), rtol=1e-9, atol=1e-12):
+                return None
+            deltas.append(delta)
+    delta = max(deltas, default=0.0)
+    if min(deltas, default=0.0) < -1e-12:  # a std made smaller is no guard
+        return None
+    if delta <= MAX_GUARD * (1 + 1e-6) and not unzeroed:
+        return Verdict(True, f"Your ε guard adds at most {delta:.2g} to the std, which changes no advantage of a group "
+                             f"with a real spread by more than {GUARD_TOLERANCE:.0%} (the library divides by the std "
+                             f"itself and zeroes a group whose std is below {CONSTANT_GROUP_STD:g}).")
+    problems = []
+    if delta > MAX_GUARD:
+        stds = torch.cat([case.inputs["rewards"].view(-1, case.inputs["group_size"]).std(1) for case in cases])
+        smallest = float(stds[stds >= CONSTANT_GROUP_STD].min())
+        shrink = delta / (smallest + delta)
+        problems.append(f"your ε guard adds δ ≈ {delta:.2g} to the std, the reference's none (it divides by the std "
+                        f"itself): on a group of std {smallest:.2g} that shrinks Â by {shrink:.0%}; "
+                        f"a guard must stay below {MAX_GUARD:g} (1% of the smallest std that counts), or use "
+                        f"std.clamp_min({CONSTANT_GROUP_STD:g}), which changes nothing above the threshold")
+    if unzeroed:
+        problems.append(f"a group whose std is below {CONSTANT_GROUP_STD:g} gets advantages up to {max(unzeroed):.2g} "
+                        f"from your guard, where the reference gives exactly 0 (torch.where(std < "
+                        f"{CONSTANT_GROUP_STD:g}, 0, ...)): its rewards differ by float noise only")
+    return Verdict(False, "; ".join(problems) + ".")
+
+
 GRPO_ADVANTAGES = Exercise(
     "grpo-advantages", "grpo", "group_advantages", _grpo_advantages, _grpo_cases,
     (
@@ -182,6 +237,7 @@ GRPO_ADVANTAGES = Exercise(
                 f"(R - mean) / 1e-4). minirlhf keeps a threshold so that a group it counts as constant adds exactly "
                 f"nothing to the gradient."),
     ),
+    equivalent_forms=_epsilon_guard,
 )
 
 
@@ -357,7 +413,7 @@ GRPO_LOSS = Exercise(
                 "exp(ref_logp - logp)."),
         Mistake("mean per sequence", _grpo_loss_with(aggregation="seq-mean"),
                 "you average each response, then the responses (the GRPO paper's 1/|o_i|): this exercise asks for "
-                "the token mean (DAPO), Σ (mask · J) / Σ mask over the whole batch."),
+                "the token mean (DAPO), Σ (mask · J) / Σ mask over the whole batch.", kind=mutants.AXIS),
         Mistake("padding counted in the mean", _grpo_loss_with(aggregation="constant"),
                 "padding is counted in the mean: divide by the number of real tokens (mask.sum()), not by B·T."),
         Mistake("no clipping", _grpo_loss_with(clip=False),
