@@ -1,4 +1,4 @@
-"""minirlhf.course.stats: the seed intervals and the paired comparison notebook 06 prints."""
+"""minirlhf.course.stats: the seed intervals and the paired comparison notebook 06a prints."""
 
 from __future__ import annotations
 

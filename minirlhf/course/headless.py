@@ -3,7 +3,7 @@
     python -m minirlhf.course.headless notebooks/*.ipynb --quick --out build/executed
 
     from minirlhf.course.headless import execute_notebook
-    nb, seconds = execute_notebook("notebooks/03_ppo.ipynb", quick=True)   # seconds[i]: cell i, 0 for markdown
+    nb, seconds = execute_notebook("notebooks/03a_ppo.ipynb", quick=True)   # seconds[i]: cell i, 0 for markdown
 
 Why not plain nbclient (issue 21). nbclient waits for a cell's `execute_reply` with one poll of the shell socket that
 lasts the whole cell timeout, and for the cell's outputs with one IOPub poll that has no timeout at all. pyzmq

@@ -15,7 +15,7 @@ Roles: a language model (it has `.generate`) that is trained is the "policy", a 
 does not import the trainers). Parameters shared between models are counted once; tied weights (GPT-2's
 embedding = output layer) are counted once by `Module.parameters()` itself.
 
-Used by notebooks 03, 04, 06 and by benchmarks/_bench.py.
+Used by notebooks 03b, 04b, 06a and by benchmarks/_bench.py.
 """
 
 from __future__ import annotations

@@ -69,12 +69,12 @@ class ExplorerCase:
 
 EXPLORER_CASES = [
     ExplorerCase("01-kl-objective-beta", "01_kl_regularised_objective.ipynb", "p* = [", (Move("β", "β = {:.2f}"),)),
-    ExplorerCase("03-ppo-clip-eps", "03_ppo.ipynb", "flat outside", (Move("ε", "ε = {:.2f}"),)),
-    ExplorerCase("03-ppo-gae-gamma-lambda", "03_ppo.ipynb", "Â_t = [",
+    ExplorerCase("03-ppo-clip-eps", "03a_ppo.ipynb", "flat outside", (Move("ε", "ε = {:.2f}"),)),
+    ExplorerCase("03-ppo-gae-gamma-lambda", "03a_ppo.ipynb", "Â_t = [",
                  (Move("γ", "γ = {:.2f}", key="ArrowLeft"), Move("λ", "λ = {:.2f}"))),
     ExplorerCase("04-grpo-group-size", "04a_grpo.ipynb", "baseline std", (Move("G", "G = {:.0f}"),)),
     ExplorerCase("05-dpo-beta", "05a_dpo.ipynb", "gradient weight", (Move("β", "β = {:.2f}"),)),
-    ExplorerCase("07-clip-higher-eps", "07_grpo_since_r1.ipynb", "clip-higher lets",
+    ExplorerCase("07-clip-higher-eps", "07a_grpo_since_r1.ipynb", "clip-higher lets",
                  (Move("ε_low", "ε_low = {:.2f}"), Move("ε_high", "ε_high = {:.2f}"))),
 ]
 VOILA_CASE = EXPLORER_CASES[0]  # the cheapest notebook to render: no training
