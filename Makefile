@@ -27,7 +27,7 @@ notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
 
 # Voila executes a notebook on its server through nbclient, with a kernel client from the server's kernel manager:
-# this one re-polls its sockets, so a lost wake-up costs a second instead of a page stuck for ever (issue 21; see
+# this one re-polls its sockets, so a lost wake-up costs a second instead of a page stuck for ever (see
 # minirlhf/course/headless.py).
 voila: $(STAMP)
 	$(VENV)/bin/voila --ServerKernelManager.client_class=minirlhf.course.headless.RepollingKernelClient notebooks/

@@ -1,4 +1,4 @@
-"""minirlhf against TRL 1.16 on one GPU: GRPO and DPO (and SFT's MFU) at the shapes of issue 19's targets.
+"""minirlhf against TRL 1.16 on one GPU: GRPO and DPO (and SFT's MFU) at the shapes of the GPU targets.
 
 Run as `python benchmarks/gpu_check.py --vs-trl [--out FILE]`; `--tiny` runs the same code on the shipped tiny model
 with small shapes (a CPU smoke test: its figures and PASS/FAIL lines mean nothing).
@@ -48,7 +48,7 @@ SHAPES = {
     "tiny": {"prompts_per_step": 2, "group_size": 2, "max_new_tokens": 4, "pairs": 4, "max_length": 48,
              "prompt_words": 8, "completion_words": 30},
 }
-GRPO_MS_BEFORE = 1250  # issue 19: gpt2 GRPO step at these shapes on an H200 (torch 2.11, transformers 5.17)
+GRPO_MS_BEFORE = 1250  # before the GPU work: gpt2 GRPO step at these shapes on an H200 (torch 2.11, transformers 5.17)
 WORDS = ("the a movie film was is great terrible acting plot story and but with very not really it this that of to "
          "good bad long short music scenes actor ending funny boring").split()
 

@@ -18,7 +18,7 @@ through sampling and reference/old-policy passes; padding counts, since the GPU 
 (124M for gpt2) and k the keys the token attends; the fraction of the bf16 peak is the MFU.
 
 `--vs-trl` runs minirlhf against TRL 1.16 on the same GPU, model and data instead (`_gpu_vs_trl.py`): GRPOTrainer
-without vLLM and DPOTrainer, at the shapes of issue 19's targets, and prints each target as PASS or FAIL.
+without vLLM and DPOTrainer, at the shapes of the GPU targets, and prints each target as PASS or FAIL.
 """
 
 from __future__ import annotations

@@ -179,7 +179,7 @@ def table(summaries: list[dict], shared_process: bool) -> str:
 
 
 def goals(summaries: list[dict]) -> list[str]:
-    """The issue's goals, checked against the measured numbers."""
+    """The learning goals, checked against the measured numbers."""
     by_method = {s["method"]: s for s in summaries}
     lines = []
     if "grpo" in by_method:

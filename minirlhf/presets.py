@@ -6,7 +6,7 @@ peak each preset measured is in the README ("GPU and Colab"). The learning rates
 a model of this size, not tuned values.
 
 "a100" (40 GB, bf16) and "h100" (80 GB, bf16; also an H200) give the chip enough work per kernel: the shapes of
-issue 19's targets (DPO 64 pairs x 256 tokens, GRPO 128 completions x 64 new tokens) and beyond. They are sized
+the GPU targets (DPO 64 pairs x 256 tokens, GRPO 128 completions x 64 new tokens) and beyond. They are sized
 by an estimate, not yet by a measurement: about 0.5 MB of activations per trained gpt2 token (Korthikanti et
 al.'s 34·d bytes per token and layer of 16-bit activations is 0.31 MB over 12 layers; under autocast the residual
 stream and layer norms stay float32, which adds to it; SDPA keeps no T x T score matrix), plus ~2 GB of float32

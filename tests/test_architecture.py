@@ -118,7 +118,7 @@ def test_the_core_imports_and_trains_without_matplotlib_and_ipywidgets(tmp_path)
 
 
 def test_the_trainer_lengths_script_counts_every_trainer():
-    """scripts/trainer_lengths.py (the line counts issue 26 asks for) knows every `train_x` in minirlhf/trainers/,
+    """scripts/trainer_lengths.py (each train_x's code lines) knows every `train_x` in minirlhf/trainers/,
     and its preamble and loop lie inside the total."""
     found = {node.name.removeprefix("train_") for path in (PACKAGE / "trainers").glob("*.py")
              for node in ast.parse(path.read_text()).body

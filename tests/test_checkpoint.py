@@ -104,7 +104,7 @@ def _cli(out: Path, steps: int, *extra: str) -> list[str]:
             "--eval-every", "1000", "--progress", "false", "--save-every", "2", "--out-dir", str(out), *extra]
 
 
-@pytest.mark.slow  # three CLI processes: ~25 s of CPU, most of it importing torch and transformers
+@pytest.mark.slow  # three CLI processes, each importing torch and transformers
 def test_grpo_killed_with_sigkill_resumes_to_bit_identical_weights(tmp_path):
     """The real thing: `python -m minirlhf grpo --save-every 2` killed with SIGKILL once a checkpoint exists, then
     resumed with --resume, ends with the metrics and bit-identical weights of a run that was never interrupted."""

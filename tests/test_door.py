@@ -1,5 +1,5 @@
 """Every input is checked at the door (docs/door.md, "What is checked at the door"): one generated
-(property or fuzz) test per boundary. Each draws bad values of its class, not only the examples of issue 27, and
+(property or fuzz) test per boundary. Each draws bad values of its class, not only the known examples, and
 checks that they are refused before the first step with an error naming the file, line, field and value."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """minirlhf.course.headless: the re-polling channel, the executor and its CLI, and a stress run of every explorer cell.
 
-The stall it fixes (issue 21): a reply already queued in the client's socket, and a poll that sleeps on because the
+The stall it fixes: a reply already queued in the client's socket, and a poll that sleeps on because the
 socket's wake-up was consumed elsewhere. `test_repoll_reads_a_message_whose_wakeup_was_lost` stages exactly that.
 """
 
@@ -77,7 +77,7 @@ async def _wait_after_lost_wakeup(channel_class: type[AsyncZMQSocketChannel], ti
 def test_repoll_reads_a_message_whose_wakeup_was_lost(timeout):
     plain = _run(_wait_after_lost_wakeup(AsyncZMQSocketChannel, timeout))
     assert plain == "still waiting after 5 s", (
-        "jupyter_client's own channel now reads a message whose wake-up was lost: the stall of issue 21 may be fixed "
+        "jupyter_client's own channel now reads a message whose wake-up was lost: the lost wake-up stall may be fixed "
         f"upstream (got {plain!r}); re-check before relying on it")
     recovered = headless.RepollingChannel.recovered
     assert _run(_wait_after_lost_wakeup(headless.RepollingChannel, timeout)) == "execute_reply"

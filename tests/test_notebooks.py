@@ -6,7 +6,7 @@ The execution test runs each notebook in a fresh kernel with MINIRLHF_QUICK=1 (t
 notebooks folder as working directory, with every implement-it exercise solved (exercises.fill_solutions) and its
 check strict (MINIRLHF_EXERCISES_STRICT=1), so a solution that fails its check fails the test. It runs through
 `minirlhf.course.headless` (the executor the book build and the Colab check use too, which never sleeps through a
-reply that already came: issue 21). The kernel is this test's own interpreter (`sys.executable`), so it sees exactly
+reply that already came). The kernel is this test's own interpreter (`sys.executable`), so it sees exactly
 the environment the tests run in, whatever other "python3" kernels the machine knows about. Run them alone with
 `pytest -m slow tests/test_notebooks.py`.
 """

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing silent (issue 20): a run holds its folder, a resumed run writes into its own folder, training
+"""Nothing lost, nothing silent: a run holds its folder, a resumed run writes into its own folder, training
 that goes non-finite stops with the last good checkpoint intact, and damaged checkpoints and bad inputs are named."""
 
 from __future__ import annotations

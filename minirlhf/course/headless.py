@@ -5,7 +5,7 @@
     from minirlhf.course.headless import execute_notebook
     nb, seconds = execute_notebook("notebooks/03a_ppo.ipynb", quick=True)   # seconds[i]: cell i, 0 for markdown
 
-Why not plain nbclient (issue 21). nbclient waits for a cell's `execute_reply` with one poll of the shell socket that
+Why not plain nbclient. nbclient waits for a cell's `execute_reply` with one poll of the shell socket that
 lasts the whole cell timeout, and for the cell's outputs with one IOPub poll that has no timeout at all. pyzmq
 resolves such a poll when the socket's file descriptor wakes the event loop, and a ZeroMQ descriptor is
 edge-triggered: it says "the socket's state changed", once, and any other look at the socket's events consumes the

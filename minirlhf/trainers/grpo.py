@@ -68,7 +68,7 @@ MAX_SAMPLING_ROUNDS = 64  # the bound on dynamic sampling's rounds per step
 
 @dataclass
 class GRPOConfig(OnlineConfig):
-    steps: int = 300  # ~55 s on 2 idle CPU cores; held-out accuracy 0.598 -> 0.91 (benchmarks/README.md)
+    steps: int = 300  # enough to learn the arithmetic task (its time and accuracy: benchmarks/README.md)
     eval_every: int = 25
     lr: float = 3e-4
     prompts_per_step: int = 32  # x group_size 8 = 256 completions per step

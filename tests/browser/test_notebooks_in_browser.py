@@ -305,7 +305,7 @@ def open_in_voila(page, url: str) -> str:
     Voila executes the whole notebook before the page's "load" event, which can take minutes on a busy machine, so
     the page is not awaited: its "Executing k of N" heading is watched instead. Voila runs the cells through
     nbclient; started as Voila is by default, a cell's reply can sit unread in its kernel client's socket for ever
-    (issue 21; `benchmarks/widget_stall.py --client voila` counts it: benchmarks/README.md). The server here has
+    (the lost wake-up; `benchmarks/widget_stall.py --client voila` counts it: benchmarks/README.md). The server here has
     the re-polling client of `make voila` (headless.SERVER_OPTION), so the heading standing still for VOILA_STALL_S is a
     failure, not something to reload past. A notebook that is merely slow keeps moving and is waited for up to
     VOILA_TIMEOUT_MS."""

@@ -1,4 +1,4 @@
-"""GRPO since R1 (issue 25) on the configs, the loops and the CLI: clip-higher, GSPO, dynamic sampling, overlong
+"""GRPO since R1 on the configs, the loops and the CLI: clip-higher, GSPO, dynamic sampling, overlong
 handling, REINFORCE++, RPO/IPO normalisation, the recipes, per-reward logging and KL to p_ref at evaluation."""
 
 from __future__ import annotations

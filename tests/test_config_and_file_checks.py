@@ -1,6 +1,7 @@
-"""An attack on issue 25's options (recipes, clip-higher, dynamic sampling, overlong handling, RPO) and on the doors
-issue 27 left open, run as a new user would. Each finding is fixed at its door and tested here by a generated
-(property or fuzz) test of its class: bad values are refused before training starts, naming the field and value."""
+"""Config options and data files as a new user gets them wrong: float fields (no NaN or inf), the sampler's top-p and
+top-k, options of a feature that is off, recipes on resume, prompt and pair files (byte-order marks, keys written
+twice, white-space-only text), hub datasets in run.json, the notebooks' Colab set-up cell, the seed. Each class has
+a generated (property or fuzz) test: bad values are refused before training starts, naming the field and value."""
 
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def test_a_recipe_never_changes_a_resumed_run_silently(monkeypatch, dapo_run, re
         assert {name: getattr(seen[0], name) for name in run} == run
 
 
-# ----------------------------------------------------------------------------- prompt and pair files (issue 27)
+# ----------------------------------------------------------------------------- prompt and pair files
 
 ROWS = {"prompts": {"prompt": "1+1=", "answer": "2"}, "pairs": {"prompt": "a", "chosen": "b", "rejected": "c"}}
 white = st.text(alphabet=" \t\r\u00a0\u2003\u3000\x0b\x0c", min_size=1, max_size=4)
