@@ -5,7 +5,7 @@ task (minirlhf.tasks.lab), written to data/tiny-gpt2-lab.
 
 The base is the pre-trained `tiny` model (scripts/build_tiny_model.py) with its tokenizer; the 64 new position
 embeddings start as GPT-2 initialises them. SFT imitates the lab demonstrations: easy, medium and hard problems in
-equal shares, each answer behind a filler run of 0-30 tokens (a broad length distribution), with several right
+equal shares, each answer followed by a filler run of 0-30 tokens (a broad length distribution), with several right
 answers when the prompt allows them. Reproducible from the seed; the script prints the held-out metrics by
 difficulty class.
 """
@@ -42,14 +42,14 @@ def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadMo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED["tiny-lab"])
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     t0 = time.time()
     base, tokenizer = load_model("tiny", device="cpu")
     model = widened(base, lab.LAB_CONTEXT, args.seed)
-    config = SFTConfig(model="tiny", steps=args.steps, lr=args.lr, seed=args.seed, eval_every=max(1, args.steps // 3),
+    config = SFTConfig(model="tiny", steps=args.steps, lr=args.lr, seed=args.seed, eval_every=args.steps,
                        device="cpu", progress=False)
     model, tokenizer, history = train_sft(lab.sft_data(), config, model=model, tokenizer=tokenizer)
     for row in history:

@@ -23,18 +23,18 @@ def lab_problems(draw):
     return lab.LabProblem(kind, a, b, draw(st.integers(0, lab.MAX_TOLERANCE)))
 
 
-@given(lab_problems(), st.integers(0, 60), st.booleans())
-def test_filler_never_changes_correctness(problem, n_filler, right):
+@given(lab_problems(), st.integers(0, 60), st.integers(0, 60), st.booleans())
+def test_filler_never_changes_correctness(problem, before, after, right):
     answer = problem.answers[0] if right else problem.result + problem.tolerance + 1
     bare = lab.lab_reward(filler=True)([problem.prompt], [str(answer)])[0]
-    padded = lab.lab_reward(filler=True)([problem.prompt], [lab.FILLER * n_filler + str(answer)])[0]
+    padded = lab.lab_reward(filler=True)([problem.prompt], [lab.FILLER * before + str(answer) + lab.FILLER * after])[0]
     assert bare == padded == (1.0 if right else 0.0)
 
 
 @given(lab_problems(), st.integers(1, 60))
 def test_filler_scores_zero_when_the_knob_is_off(problem, n_filler):
-    completion = lab.FILLER * n_filler + str(problem.result)
-    assert lab.lab_reward(filler=False)([problem.prompt], [completion]) == [0.0]
+    for completion in (lab.FILLER * n_filler + str(problem.result), str(problem.result) + lab.FILLER * n_filler):
+        assert lab.lab_reward(filler=False)([problem.prompt], [completion]) == [0.0]
     assert lab.lab_reward(filler=False)([problem.prompt], [str(problem.result)]) == [1.0]
 
 
@@ -53,7 +53,7 @@ def test_a_prompt_parses_back_to_its_problem(problem):
     assert lab.parse_prompt(problem.prompt) == problem
 
 
-@pytest.mark.parametrize("completion", ["42.", "4 2", "-42", "", ".", "42x", "٤٢"])
+@pytest.mark.parametrize("completion", ["4.2", "4 2", "-42", "", ".", "42x", "٤٢", "42.7"])
 def test_anything_but_filler_then_digits_scores_zero(completion):
     assert lab.lab_reward()(["17+25="], [completion]) == [0.0]
 
@@ -96,7 +96,7 @@ def test_held_out_problems_never_reach_training():
 def test_sft_demonstrations_are_right_and_spread_in_length():
     examples = lab.sft_examples(2000, seed=3)
     assert lab.lab_reward()([p for p, _ in examples], [c for _, c in examples]) == [1.0] * len(examples)
-    fillers = [len(c) - len(c.lstrip(lab.FILLER)) for _, c in examples]
+    fillers = [len(c) - len(c.rstrip(lab.FILLER)) for _, c in examples]
     assert min(fillers) == 0 and max(fillers) == lab.MAX_FILLER
     assert lab.sft_examples(50, seed=3) == examples[:50]
 

@@ -9,11 +9,11 @@ Three kinds of problem, one per difficulty class of the lab model (`load_model("
 and the knobs (`LabConfig`):
 
 - ``mix``: the shares of easy, medium and hard prompts (all-right and all-wrong groups come from easy and hard);
-- ``filler``: the free length channel. A completion may start with any number of filler tokens "." before its
-  answer ("17+25=" -> "......42"); they never change correctness, so the length can drift on its own. Off: only
-  the bare answer scores;
+- ``filler``: the free length channel. A completion may carry any number of filler tokens "." around its answer
+  (the lab model writes them after it: "17+25=" -> "42......"); they never change correctness, so the length can
+  drift on its own, and the model can make it depend on the answer it gave. Off: only the bare answer scores;
 - ``max_new_tokens``: the response cap. The lab model writes 0-30 filler tokens, so a cap below ~34 straddles the
-  natural lengths and truncates some answers before their digits;
+  natural lengths and truncates some answers;
 - ``tolerance``: answer multiplicity. With tolerance d > 0 the prompt reads "17+25~2=" and every whole number
   within d of the result is right (2d + 1 right answers, fewer near 0).
 
@@ -57,7 +57,7 @@ class LabConfig:
     """The lab's knobs, checked when made (a ValueError names the knob and its value)."""
 
     mix: tuple[float, float, float] = (0.25, 0.5, 0.25)  # shares of easy, medium, hard prompts (sum 1)
-    filler: bool = True  # leading filler tokens "." are allowed before the answer (the free length channel)
+    filler: bool = True  # filler tokens "." are allowed around the answer (the free length channel)
     max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # response cap
     tolerance: int = 0  # d: every number within d of the result is right (2d + 1 answers); 0 = exactly one
 
@@ -114,17 +114,17 @@ def parse_prompt(prompt: str) -> LabProblem:
 
 
 def answer_of(completion: str, filler: bool = True) -> int | None:
-    """The number a completion answers, or None when it is not one: its digits after any leading filler tokens
-    (when `filler`), surrounding white space ignored. "...42" -> 42 with filler, None without; "42." -> None."""
+    """The number a completion answers, or None when it is not one: its digits between any runs of filler tokens
+    (when `filler`), surrounding white space ignored. "42..." -> 42 with filler, None without; "4.2" -> None."""
     text = completion.strip()
     if filler:
-        text = text.lstrip(FILLER)
+        text = text.strip(FILLER)
     return int(text) if text.isascii() and text.isdigit() else None
 
 
 def lab_reward(filler: bool = True):
     """The verifier R(x, y): 1.0 when the completion's answer is one of the prompt's right answers, else 0.0.
-    `filler`: leading filler tokens are allowed (the free length channel)."""
+    `filler`: filler tokens around the answer are allowed (the free length channel)."""
 
     def lab_correctness(prompts: list[str], completions: list[str], **columns) -> list[float]:
         if len(prompts) != len(completions):
@@ -158,7 +158,7 @@ def draw_problems(config: LabConfig, split: str, n: int, rng: random.Random) -> 
 
 def sft_examples(n: int = 60_000, seed: int = 0) -> list[tuple[str, str]]:
     """(prompt, completion) demonstrations from the train split: kinds uniform, a filler run of 0..MAX_FILLER
-    tokens before the answer (uniform: a broad length distribution), tolerance 0 half the time and 1..MAX_TOLERANCE
+    tokens after the answer (uniform: a broad length distribution), tolerance 0 half the time and 1..MAX_TOLERANCE
     otherwise, with the answer uniform over the right ones (a broad answer distribution)."""
     rng = random.Random(seed)
     examples = []
@@ -166,7 +166,7 @@ def sft_examples(n: int = 60_000, seed: int = 0) -> list[tuple[str, str]]:
         kind = rng.choice(KINDS)
         tolerance = 0 if rng.random() < 0.5 else rng.randint(1, MAX_TOLERANCE)
         problem = dataclasses.replace(rng.choice(problems(kind, "train")), tolerance=tolerance)
-        examples.append((problem.prompt, FILLER * rng.randint(0, MAX_FILLER) + str(rng.choice(problem.answers))))
+        examples.append((problem.prompt, str(rng.choice(problem.answers)) + FILLER * rng.randint(0, MAX_FILLER)))
     return examples
 
 
