@@ -110,5 +110,5 @@ def test_grpo_runs_on_the_lab_from_the_command_line(tmp_path):
     from minirlhf.__main__ import main
 
     main(["grpo", "--task", "lab", "--model", "tiny-lab", "--device", "cpu", "--steps", "1", "--prompts-per-step", "2",
-          "--group-size", "2", "--eval-every", "0", "--output-dir", str(tmp_path / "run"), "--no-progress"])
+          "--group-size", "2", "--eval-every", "0", "--out-dir", str(tmp_path / "run"), "--progress", "false"])
     assert (tmp_path / "run" / "config.json").exists()
