@@ -110,3 +110,22 @@ def test_grpo_variants_quick(tmp_path):
     tables = (tmp_path / "grpo_variants.md").read_text()
     assert len([line for line in tables.splitlines() if line.startswith("| ")]) == 2 * (1 + len(results))
     assert "| DAPO |" in stdout and "| GSPO | grpo |" in stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / "data" / "tiny-gpt2-lab" / "config.json").exists(),
+                    reason="run scripts/build_lab_model.py")
+def test_phenomena_quick(tmp_path):
+    stdout = run_quick("phenomena.py", tmp_path)
+    report = json.loads((tmp_path / "phenomena.json").read_text())
+    assert set(report["effects"]) == {"a", "b", "g"} and report["seeds"] == [0]
+    for key, effect in report["effects"].items():
+        assert (tmp_path / f"phenomena_{key}.png").stat().st_size > 0, key
+        assert effect["criterion"] and isinstance(effect["shows"], bool), key
+        (seed,) = effect["seeds"]
+        assert seed["wall_s"] > 0 and len(seed["load_before"]) == 3 and isinstance(seed["holds"], bool), key
+        assert effect["settings"]["model"] == "tiny-lab", key
+    lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]
+    assert len(lengths["wrong_length"]) == report["effects"]["a"]["settings"]["grpo"]["steps"]  # one entry a step
+    assert 0.0 <= report["effects"]["g"]["seeds"][0]["arms"]["eps=inf"]["final_accuracy"] <= 1.0
+    assert "shows=" in stdout

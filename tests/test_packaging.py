@@ -35,7 +35,7 @@ from minirlhf.models import load_model
 
 where = Path(minirlhf.__file__).resolve()
 assert where.is_relative_to(Path(sys.prefix).resolve()), f"minirlhf imported from {where}, not from the wheel"
-for name in ("tiny", "tiny-sft"):
+for name in ("tiny", "tiny-sft", "tiny-lab"):
     model, tokenizer = load_model(name, device="cpu")
     print(name, sum(p.numel() for p in model.parameters()), "parameters")
 pairs = load_preference_pairs("sentiment")

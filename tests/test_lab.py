@@ -1,0 +1,114 @@
+"""The lab task family: its knobs (checked), its verifier (filler never changes correctness, every listed right answer
+scores 1), its splits and SFT data, and the CLI name."""
+
+import random
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from minirlhf.models import SHIPPED
+from minirlhf.tasks import lab
+from minirlhf.tasks.registry import SFT_DATA, TASKS
+
+problem_kinds = st.sampled_from(lab.KINDS)
+
+
+@st.composite
+def lab_problems(draw):
+    kind = draw(problem_kinds)
+    operands = lab.OPERANDS[kind]
+    a, b = draw(st.sampled_from(operands)), draw(st.sampled_from(operands))
+    return lab.LabProblem(kind, a, b, draw(st.integers(0, lab.MAX_TOLERANCE)))
+
+
+@given(lab_problems(), st.integers(0, 60), st.integers(0, 60), st.booleans())
+def test_filler_never_changes_correctness(problem, before, after, right):
+    answer = problem.answers[0] if right else problem.result + problem.tolerance + 1
+    bare = lab.lab_reward(filler=True)([problem.prompt], [str(answer)])[0]
+    padded = lab.lab_reward(filler=True)([problem.prompt], [lab.FILLER * before + str(answer) + lab.FILLER * after])[0]
+    assert bare == padded == (1.0 if right else 0.0)
+
+
+@given(lab_problems(), st.integers(1, 60))
+def test_filler_scores_zero_when_the_knob_is_off(problem, n_filler):
+    for completion in (lab.FILLER * n_filler + str(problem.result), str(problem.result) + lab.FILLER * n_filler):
+        assert lab.lab_reward(filler=False)([problem.prompt], [completion]) == [0.0]
+    assert lab.lab_reward(filler=False)([problem.prompt], [str(problem.result)]) == [1.0]
+
+
+@given(lab_problems())
+def test_every_listed_right_answer_scores_one_and_its_neighbours_zero(problem):
+    reward = lab.lab_reward()
+    answers = problem.answers
+    assert reward([problem.prompt] * len(answers), [str(a) for a in answers]) == [1.0] * len(answers)
+    assert len(answers) == 2 * problem.tolerance + 1 - max(0, problem.tolerance - problem.result)
+    outside = [a for a in (min(answers) - 1, max(answers) + 1) if a >= 0]
+    assert reward([problem.prompt] * len(outside), [str(a) for a in outside]) == [0.0] * len(outside)
+
+
+@given(lab_problems())
+def test_a_prompt_parses_back_to_its_problem(problem):
+    assert lab.parse_prompt(problem.prompt) == problem
+
+
+@pytest.mark.parametrize("completion", ["4.2", "4 2", "-42", "", ".", "42x", "٤٢", "42.7"])
+def test_anything_but_filler_then_digits_scores_zero(completion):
+    assert lab.lab_reward()(["17+25="], [completion]) == [0.0]
+
+
+@pytest.mark.parametrize("knobs, named", [
+    (dict(mix=(0.5, 0.5)), "mix"), (dict(mix=(0.5, 0.6, -0.1)), "mix"), (dict(mix=(0.2, 0.2, 0.2)), "mix"),
+    (dict(mix=(float("nan"), 0.5, 0.5)), "mix"), (dict(filler=1), "filler"), (dict(max_new_tokens=0), "max_new_tokens"),
+    (dict(max_new_tokens=200), "max_new_tokens"), (dict(max_new_tokens=2.5), "max_new_tokens"),
+    (dict(tolerance=-1), "tolerance"), (dict(tolerance=lab.MAX_TOLERANCE + 1), "tolerance"),
+])
+def test_bad_knobs_are_refused_naming_the_knob_and_value(knobs, named):
+    ((_, value),) = knobs.items()
+    with pytest.raises(ValueError, match=re.escape(f"LabConfig.{named}={value!r}")):
+        lab.task(**knobs)
+
+
+def test_mix_decides_the_kinds_of_the_prompts():
+    task = lab.task(mix=(0.0, 1.0, 0.0))
+    assert set(lab.kinds_of(task.train_prompts(200, random.Random(0)))) == {"medium"}
+    kinds = lab.kinds_of(lab.task(mix=(0.5, 0.0, 0.5)).train_prompts(400, random.Random(0)))
+    assert set(kinds) == {"easy", "hard"} and 150 < kinds.count("easy") < 250
+
+
+def test_tolerance_reaches_the_prompts_and_the_cap_the_budget():
+    task = lab.task(tolerance=2, max_new_tokens=17)
+    assert task.max_new_tokens == 17
+    assert all("~2=" in p for p in task.train_prompts(20, random.Random(1)))
+
+
+def test_held_out_problems_never_reach_training():
+    for kind in lab.KINDS:
+        test = set(lab.problems(kind, "test"))
+        assert test and not test & set(lab.problems(kind, "train"))
+    held_out = {p.prompt for kind in lab.KINDS for p in lab.problems(kind, "test")}
+    sft_prompts = {prompt.split("~")[0].rstrip("=") + "=" for prompt, _ in lab.sft_examples(3000)}
+    rl_prompts = {p.split("~")[0].rstrip("=") + "=" for p in lab.task().train_prompts(3000, random.Random(0))}
+    assert not (sft_prompts | rl_prompts) & held_out
+
+
+def test_sft_demonstrations_are_right_and_spread_in_length():
+    examples = lab.sft_examples(2000, seed=3)
+    assert lab.lab_reward()([p for p, _ in examples], [c for _, c in examples]) == [1.0] * len(examples)
+    fillers = [len(c) - len(c.rstrip(lab.FILLER)) for _, c in examples]
+    assert min(fillers) == 0 and max(fillers) == lab.MAX_FILLER
+    assert lab.sft_examples(50, seed=3) == examples[:50]
+
+
+def test_the_lab_is_a_shipped_task_name():
+    assert TASKS["lab"]().name == "lab" and SFT_DATA["lab"]().examples
+
+
+@pytest.mark.skipif(not (SHIPPED["tiny-lab"] / "config.json").exists(), reason="run scripts/build_lab_model.py")
+def test_grpo_runs_on_the_lab_from_the_command_line(tmp_path):
+    from minirlhf.__main__ import main
+
+    main(["grpo", "--task", "lab", "--model", "tiny-lab", "--device", "cpu", "--steps", "1", "--prompts-per-step", "2",
+          "--group-size", "2", "--eval-every", "0", "--out-dir", str(tmp_path / "run"), "--progress", "false"])
+    assert (tmp_path / "run" / "config.json").exists()
