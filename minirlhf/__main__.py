@@ -175,6 +175,8 @@ def _main(argv: list[str]) -> None:
         parser.set_defaults(**defaults)
         args = parser.parse_args(rest)
     given = given_fields(parser, rest)
+    if command == "dpo" and getattr(args, "loss_type", None) == "kto" and args.resume:
+        command, config_cls = "kto", _trainer("kto")[0]  # the older spelling's run was recorded as a KTO run
     config = config_from_args(config_cls, args, given)
     if config.resume is not None and defaults:
         named = " ".join(f"--{name} {value}" for name, value in (("preset", args.preset),

@@ -172,7 +172,8 @@ NOTEBOOK = {"cells": [{"cell_type": "code", "metadata": {}, "source": "raise Sys
             "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
-@pytest.mark.parametrize("where", ["own folder", "own folder, other spelling", "under a file", "a folder in the way"])
+@pytest.mark.parametrize("where", ["own folder", "own folder, other spelling", "under a file", "a folder in the way",
+                                   "a hard link to it"])
 def test_the_headless_out_is_checked_before_any_notebook_runs(tmp_path, where, capsys):
     folder = tmp_path / "nbs"
     folder.mkdir()
@@ -181,11 +182,26 @@ def test_the_headless_out_is_checked_before_any_notebook_runs(tmp_path, where, c
     before = notebook.read_bytes()
     (tmp_path / "file").write_text("x")
     out = {"own folder": folder, "own folder, other spelling": tmp_path / "nbs" / ".." / "nbs",
-           "under a file": tmp_path / "file" / "out", "a folder in the way": tmp_path / "out"}[where]
+           "under a file": tmp_path / "file" / "out", "a folder in the way": tmp_path / "out",
+           "a hard link to it": tmp_path / "linked"}[where]
     if where == "a folder in the way":
         (out / "a.ipynb").mkdir(parents=True)
+    if where == "a hard link to it":  # the notebook's own file under another name: writing there rewrites it
+        out.mkdir()
+        (out / "a.ipynb").hardlink_to(notebook)
     with pytest.raises(SystemExit) as exit_:
         headless_main([str(notebook), "--out", str(out)])
     assert exit_.value.code == 2 and "--out" in capsys.readouterr().err
     assert notebook.read_bytes() == before
 
+
+
+def test_a_headless_out_under_a_tilde_is_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "a.ipynb").write_text(json.dumps(NOTEBOOK))
+    (tmp_path / "home/a.ipynb").hardlink_to(tmp_path / "a.ipynb")  # refused, so no notebook runs
+    with pytest.raises(SystemExit):
+        headless_main(["a.ipynb", "--out", "~"])
+    assert not (tmp_path / "~").exists()

@@ -446,3 +446,16 @@ def test_the_preference_wing_does_not_borrow_the_sentiment_task():
     from minirlhf.trainers.dpo import DPOConfig
 
     assert DPOConfig().max_new_tokens is None  # the pair set's own budget
+
+
+@pytest.mark.parametrize("started_by", [["kto"], ["dpo", "--loss-type", "kto"]])
+def test_the_older_kto_spelling_resumes_a_kto_run(tmp_path, started_by):
+    from minirlhf.__main__ import main
+
+    data = tmp_path / "pairs.jsonl"
+    save_preference_pairs(load_preference_pairs("sentiment", "train")[:8], data)
+    common = ["--pairs", str(data), "--batch-size", "4", "--eval-every", "0", "--progress", "false"]
+    main([*started_by, *common, "--steps", "1", "--save-every", "1", "--out-dir", str(tmp_path / "run")])
+    main(["dpo", "--loss-type", "kto", *common, "--steps", "2", "--resume", str(tmp_path / "run")])
+    rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(row)["step"] for row in rows] == [0, 1]  # steps count from 0: the resume ran the second

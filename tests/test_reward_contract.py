@@ -8,6 +8,9 @@ and the type. A dict's keys or a set's order must never become the rewards.
 
 from __future__ import annotations
 
+from decimal import Decimal
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -25,6 +28,8 @@ numbers = st.one_of(floats, st.integers(-10**6, 10**6), st.booleans())
 element = st.one_of(
     numbers,
     floats.map(np.float32), floats.map(np.float64), st.integers(-100, 100).map(np.int64),
+    floats.map(np.longdouble), floats.map(Fraction), floats.map(Decimal), st.booleans().map(np.bool_),
+    floats.map(complex), floats.map(np.complex128),  # complex: refused, even with no imaginary part
     floats.map(torch.tensor),  # a 0-d tensor
     floats.map(lambda v: torch.tensor([v])),  # a 1-element 1-D tensor: nested, refused
     st.lists(floats, min_size=1, max_size=2),  # a nested list
@@ -40,6 +45,8 @@ def _answers():
         values.map(lambda v: (tuple(v), v)),
         values.map(lambda v: (np.array(v, dtype=np.float64), v)),
         values.map(lambda v: (torch.tensor(v, dtype=torch.float64), v)),
+        values.map(lambda v: (np.array(v, dtype=np.longdouble), v)),
+        values.map(lambda v: (torch.tensor(v, dtype=torch.float64).to_sparse(), v)),
         st.lists(element, min_size=B, max_size=B).map(lambda v: (v, None)),  # mixed elements: judged one by one
         values.map(lambda v: (np.array(v, dtype=np.float64).reshape(-1, 1), None)),  # (B, 1)
         values.map(lambda v: (torch.tensor(v, dtype=torch.float64).reshape(1, -1), None)),  # (1, B)
@@ -60,11 +67,12 @@ def _answers():
 def _valid_element(x) -> bool:
     if isinstance(x, torch.Tensor):
         return x.ndim == 0
-    return isinstance(x, bool | int | float | np.generic)
+    return isinstance(x, bool | int | float | np.bool_ | Fraction | Decimal) or isinstance(x, np.generic) \
+        and np.isrealobj(x) and np.issubdtype(x.dtype, np.number)
 
 
 def _as_number(x) -> float:
-    return float(x.item() if isinstance(x, torch.Tensor | np.generic) else x)
+    return float(x.item() if isinstance(x, torch.Tensor) else x)
 
 
 @settings(max_examples=300, deadline=None)

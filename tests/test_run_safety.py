@@ -18,6 +18,7 @@ from torch import nn
 from minirlhf.errors import CheckpointDamaged, UserError
 from minirlhf.models import load_model
 from minirlhf.tasks import Task, arithmetic
+from minirlhf.tasks.sentiment import sentiment_task
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import MAX_SAMPLING_ROUNDS, GRPOConfig, train_grpo
 from minirlhf.trainers.run import checkpoint
@@ -150,3 +151,17 @@ def test_checkpoint_digests_cover_every_file_but_the_state(tmp_path):
     (tmp_path / "a.bin").write_bytes(b"1")
     (tmp_path / checkpoint.STATE_FILE).write_text("{}")
     assert set(checkpoint.file_digests(tmp_path)) == {"a.bin"}
+
+
+class LengthScorer:
+    """A learned reward as `sentiment_task` documents it: anything with `.score`, here with no weights at all."""
+
+    def score(self, prompts, completions, tokenizer=None):
+        return [float(len(c)) for c in completions]
+
+
+def test_a_reward_model_without_weights_saves_and_resumes(tmp_path):
+    run = tmp_path / "run"
+    task = sentiment_task(LengthScorer())
+    train_grpo(task, GRPOConfig(**ONLINE, steps=1, save_every=1, out_dir=str(run)))
+    train_grpo(task, GRPOConfig(**ONLINE, steps=2, resume=str(run)))

@@ -164,6 +164,11 @@ def execute_notebook(
 EXECUTED_FROM = "minirlhf_executed_from"  # metadata of an executed copy in --out: the notebook it ran
 
 
+def _path(text: str) -> Path:
+    """A path as given, `~` expanded: "~/x" is never a folder named "~"."""
+    return Path(text).expanduser()
+
+
 def _positive_seconds(text: str) -> float:
     seconds = float(text)
     if not (seconds > 0 and seconds != float("inf")):
@@ -180,7 +185,7 @@ def _out_clash(notebooks: list[Path], out: Path) -> str | None:
             return f"--out {out}: {sources[path.name]} and {path} would both be written as {out / path.name}"
         sources[path.name] = path.resolve()
         existing = out / path.name
-        if existing.resolve() == path.resolve():  # --out is the notebook's own folder (under any spelling)
+        if existing.exists() and existing.samefile(path):  # its own file: any spelling, a symlink, a hard link
             return (f"--out {out}: {path} would be overwritten by its own executed copy; choose a folder that holds "
                     "no notebook it runs")
         before = nbformat.read(existing, as_version=4).metadata.get(EXECUTED_FROM) if existing.is_file() else None
@@ -209,9 +214,9 @@ def _unwritable(out: Path, notebooks: list[Path]) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Run notebooks headless; print per-notebook and slowest-cell times.")
-    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("notebooks", nargs="+", type=_path)
     parser.add_argument("--quick", action="store_true", help="MINIRLHF_QUICK=1: tiny training budgets")
-    parser.add_argument("--out", type=Path, help="write the executed copies (with outputs) into this folder")
+    parser.add_argument("--out", type=_path, help="write the executed copies (with outputs) into this folder")
     parser.add_argument("--timeout-per-cell", type=_positive_seconds, default=600, help="seconds, > 0 (default 600)")
     parser.add_argument("--kernel-name", help="a kernelspec (default: this interpreter)")
     args = parser.parse_args(argv)

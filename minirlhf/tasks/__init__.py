@@ -15,6 +15,7 @@ import numbers
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -119,10 +120,10 @@ def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str],
     """R(x, y) for a batch, checked: one finite float per completion, or a ValueError naming the function.
 
     What may cross: a list or a tuple of numbers, or a 1-D numpy array or torch tensor, one value per completion,
-    in the completions' order. A number is an int, a float, a numpy scalar or a 0-d tensor; a bool counts as 1.0 or
-    0.0 (a correctness check written `answer == target`). Anything else is refused, naming the function and the type:
-    a dict or a set (their keys or their order would become the rewards), a generator, a string, nested lists, a
-    tensor or array of another shape."""
+    in the completions' order. A number is real: an int, a float, a Fraction, a Decimal, a real numpy scalar or a
+    0-d tensor; a bool counts as 1.0 or 0.0 (a correctness check written `answer == target`). Anything else is
+    refused, naming the function and the type: a dict or a set (their keys or their order would become the
+    rewards), a generator, a string, nested lists, a complex number, a tensor or array of another shape."""
     name = reward_name(reward_fn)
     try:  # copies: a reward that changes its arguments changes nothing of the run's
         rewards = reward_fn(list(prompts), list(completions), **{k: list(v) for k, v in columns.items()})
@@ -136,7 +137,7 @@ def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str],
         if rewards.ndim != 1:
             raise ValueError(f"reward function {name} returned a {type(rewards).__name__} of shape "
                              f"{tuple(rewards.shape)} instead of {wanted} (a 1-D array or tensor)")
-        rewards = rewards.tolist()
+        rewards = (rewards.to_dense() if isinstance(rewards, torch.Tensor) and rewards.is_sparse else rewards).tolist()
     elif isinstance(rewards, numbers.Number):
         raise ValueError(f"reward function {name} returned a single {type(rewards).__name__} ({rewards!r}) instead "
                          f"of {wanted}")
@@ -152,7 +153,7 @@ def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str],
             r = r.item()
         r = r.item() if isinstance(r, np.generic) else r  # a numpy scalar counts as its number
         # float32 is what the losses compute in: a reward beyond its range (±3.4e38) would become inf there
-        if r is None or not isinstance(r, int | float) or not _fits_float32(r):
+        if not isinstance(r, numbers.Real | Decimal) or not _fits_float32(r):
             raise ValueError(
                 f"reward function {name} returned {_short(r)}{_kind(r)} for completion {i} "
                 f"({completions[i]!r}); every reward must be a finite number within float32's range (|R| < 3.4e38)"
@@ -161,10 +162,10 @@ def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str],
     return torch.tensor(rewards, dtype=torch.float32)
 
 
-def _fits_float32(value: int | float) -> bool:
+def _fits_float32(value: numbers.Real | Decimal) -> bool:
     try:
         return math.isfinite(value) and abs(float(value)) <= torch.finfo(torch.float32).max
-    except OverflowError:  # an int too large for a float
+    except (OverflowError, ValueError):  # an int too large for a float; a signalling Decimal NaN
         return False
 
 

@@ -94,7 +94,9 @@ class Checkpointer:
                  scaler: torch.amp.GradScaler | None = None, frozen: dict[str, Any] | None = None,
                  **modules: nn.Module):
         self.config = config
-        self.frozen = frozen or {}  # the models the run reads but does not train (p_ref, a reward model)
+        # the models the run reads but does not train (p_ref, a reward model), by their weights: a scorer with
+        # no state_dict (a reward model may be anything with .score) has none to fingerprint
+        self.frozen = {name: m for name, m in (frozen or {}).items() if hasattr(m, "state_dict")}
         self.optimizer = optimizer
         self.rngs = rngs
         self.scaler = scaler
