@@ -47,7 +47,7 @@ from minirlhf.trainers.preference import (
 @dataclass
 class KTOConfig(ImplicitRewardConfig):
     desirable_weight: float = 1.0  # λ_D: the weight of the thumbs-up examples' loss
-    undesirable_weight: float = 1.0  # λ_U: the weight of the thumbs-down examples'
+    undesirable_weight: float = 1.0  # λ_U: the weight of the thumbs-down examples' loss
 
     def validate(self) -> None:
         super().validate()
