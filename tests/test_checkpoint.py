@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import restamp_checkpoint
 from safetensors.torch import load_file
 
 from minirlhf.data import load_preference_pairs
+from minirlhf.errors import CheckpointDamaged
 from minirlhf.tasks import Task, arithmetic
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
@@ -178,6 +180,9 @@ def test_trainer_state_is_loaded_without_pickle(tmp_path):
     checkpointer = _tiny_checkpointer(tmp_path)
     folder = checkpointer.save(1, [])
     torch.save({"optimizer": Path("not/a/tensor")}, folder / "trainer_state.pt")
+    with pytest.raises(CheckpointDamaged, match="trainer_state.pt is not the file this checkpoint was saved with"):
+        _tiny_checkpointer(tmp_path, resume=str(folder)).resume()
+    restamp_checkpoint(folder)  # a state.json that vouches for it too: torch.load itself must refuse the pickle
     with pytest.raises(Exception, match="[Ww]eights only load failed"):
         _tiny_checkpointer(tmp_path, resume=str(folder)).resume()
 

@@ -234,7 +234,7 @@ hub_names = st.from_regex(r"[a-z][a-z0-9-]{0,8}/[a-z][a-z0-9_.-]{0,8}", fullmatc
 def test_a_hub_dataset_is_recorded_in_run_json_as_checked_by_name_only(tmp_path, field, source):
     """Found: `--prompts owner/name` (a hub dataset) left run.json without a word on its content: no fingerprint, and
     nothing saying that a resume cannot check it. Now run.json's `by_name_only` names it and says what is unchecked;
-    a local file keeps its sha256 fingerprint, and a shipped name is neither."""
+    a local file or folder keeps its sha256 fingerprint, and a shipped name is neither."""
     from minirlhf.trainers.run.manifest import new_manifest
 
     (tmp_path / "local.jsonl").write_text(json.dumps(ROWS["pairs"]) + "\n")
@@ -249,7 +249,7 @@ def test_a_hub_dataset_is_recorded_in_run_json_as_checked_by_name_only(tmp_path,
                                                    "detected"}
     else:
         assert manifest["by_name_only"] == {}
-    assert (field in manifest["fingerprints"]) == (source == "local.jsonl")
+    assert (field in manifest["fingerprints"]) == source.startswith("local")  # a local folder is fingerprinted too
 
 
 # ----------------------------------------------------------------------------- the notebooks' Colab set-up cell

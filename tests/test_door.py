@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import restamp_checkpoint
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -232,7 +233,8 @@ def test_a_tampered_state_json_is_a_damaged_checkpoint_naming_the_file_and_field
                        max_size=5))
 def test_a_tampered_trainer_state_is_a_damaged_checkpoint_naming_the_field(checkpoint, trainer_state):
     with pytest.raises(CheckpointDamaged, match=rf"{TRAINER_STATE_FILE}.*field '(optimizer|scaler|rng|loop)'"):
-        _resume_copy(checkpoint, lambda path: torch.save(trainer_state, path / TRAINER_STATE_FILE))
+        _resume_copy(checkpoint, lambda path: (torch.save(trainer_state, path / TRAINER_STATE_FILE),
+                                               restamp_checkpoint(path)))
 
 
 @FUZZ

@@ -32,7 +32,8 @@ def test_values_come_from_the_hidden_state_before_each_token(tiny):
     prompts = ["7+5=", "93+48=", "The acting was"]  # different lengths: left padding in the batch
     rollout = sample(model, tokenizer, prompts, max_new_tokens=6, generator=torch.Generator().manual_seed(0))
     P = rollout.prompt_length
-    exp = Experience(rollout, rollout.response_mask[:, P:], rollout.logprobs[:, P:], None, torch.zeros(3))
+    exp = Experience(rollout, rollout.response_mask[:, P:], rollout.logprobs[:, P:], None, torch.zeros(3),
+                     rollout.ended_with_eos)
     with torch.no_grad():
         logp, _, values = policy_forward(model, head, exp, torch.arange(3), temperature=1.0)  # (3, N)
     assert values.shape == logp.shape == exp.mask.shape

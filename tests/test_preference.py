@@ -112,14 +112,14 @@ def test_missing_file_and_unreachable_hub_fail_clearly(tmp_path, monkeypatch):
         load_preference_pairs("Anthropic/hh-rlhf")
 
 
-def test_other_local_files_go_through_datasets(tmp_path):
+def test_a_json_array_of_pairs_names_its_bad_item(tmp_path):
     path = tmp_path / "pairs.json"
     path.write_text(json.dumps([GOOD, GOOD | {"prompt": "The plot was"}]))
     pairs = load_preference_pairs(path)
     assert [p.prompt for p in pairs] == ["The acting was", "The plot was"]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps([GOOD, GOOD | {"chosen": ""}]))
-    with pytest.raises(ValueError, match=r"bad\.json, row 1: field 'chosen' is empty"):
+    with pytest.raises(ValueError, match=r"bad\.json, item 1: field 'chosen' is empty"):
         load_preference_pairs(bad)
 
 

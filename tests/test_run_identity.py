@@ -225,7 +225,7 @@ def test_the_model_folder_trained_from_is_never_the_out_dir(finished_run, tmp_pa
     before = files(run)
     for out_dir in ("run/model", "run"):
         refused(cli(*GRPO, "--steps", "1", "--model", "run/model", "--out-dir", out_dir, "--overwrite", cwd=tmp_path),
-                "the model folder this run trains from (model='run/model')")
+                "GRPOConfig.model='run/model'")
     assert files(run) == before
     refused(cli(*GRPO, "--steps", "1", "--out-dir", "run/model", "--overwrite", cwd=tmp_path),
             "(it is a model folder, not a run's out_dir)")

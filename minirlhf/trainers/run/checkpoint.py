@@ -119,7 +119,7 @@ class Checkpointer:
                                   f"--resume {self.config.resume}")
                 return self._resume(find_checkpoint(self.config.resume))
             if out_dir is not None:
-                _check_fresh_folder(Path(out_dir), self.config.overwrite, self.config.model)
+                _check_fresh_folder(Path(out_dir), self.config.overwrite)
                 self._start_manifest()
             return 0, [], {}
         except BaseException:
@@ -137,7 +137,7 @@ class Checkpointer:
         if self.config.out_dir is None:  # a process that writes nothing (of several, any but the main one, which
             return self.restore(checkpoint, state)  # checks the run folders, forks or rewinds them)
         if self.config.fork_to is not None:
-            _check_fresh_folder(Path(self.config.out_dir), self.config.overwrite, self.config.model)
+            _check_fresh_folder(Path(self.config.out_dir), self.config.overwrite)
             restored = self.restore(checkpoint, state)
             self._start_manifest({"run_id": state.get("run_id"), "checkpoint": str(checkpoint.resolve())})
             return restored
@@ -529,10 +529,10 @@ def _move_newer_aside(checkpoint: Path, step: int, own: Path, manifest: dict[str
                   f"were moved aside to {aside}", stacklevel=4)
 
 
-def _check_fresh_folder(out_dir: Path, overwrite: bool, model: str) -> None:
-    """A fresh run must not mix with (or silently replace) the results of another run in out_dir, nor write over
-    the model it trains from; `overwrite` deletes only the files the earlier run's manifest lists."""
-    _check_not_the_model(out_dir, model)
+def _check_fresh_folder(out_dir: Path, overwrite: bool) -> None:
+    """A fresh run must not mix with (or silently replace) the results of another run in out_dir (that it never
+    writes over what it reads, the model folder included, its config checked: `paths.check_apart`); `overwrite`
+    deletes only the files the earlier run's manifest lists."""
     existing = list_checkpoints(out_dir)
     if existing and not overwrite:
         raise FileExistsError(
@@ -560,18 +560,6 @@ def _check_fresh_folder(out_dir: Path, overwrite: bool, model: str) -> None:
             shutil.rmtree(out_dir / name)
         elif (out_dir / name).exists() or (out_dir / name).is_symlink():
             (out_dir / name).unlink()
-
-
-def _check_not_the_model(out_dir: Path, model: str) -> None:
-    """The out_dir of a run must not be (or hold) the model folder it trains from: the run would write over it."""
-    source = Path(model).expanduser()
-    if not source.is_dir():
-        return
-    source, target = source.resolve(), out_dir.resolve()
-    if source == target or target in source.parents:
-        where = "is" if source == target else "holds"
-        raise UserError(f"out_dir {str(out_dir)!r} {where} the model folder this run trains from (model={model!r}): "
-                        f"the run would write over it; choose another out_dir")
 
 
 def run_folder(resume: str | os.PathLike) -> Path:
