@@ -450,8 +450,10 @@ def _pairs_from_json(path: Path, skip_invalid: bool) -> list[PreferencePair]:
         except DuplicateKeyError as err:
             row = _BadJSON(f"{err} (line {line})")
             at = _skip_value(text, at)
-        except (json.JSONDecodeError, ValueError, RecursionError) as err:
-            raise UserError(f"{path}, line {line}: invalid JSON ({getattr(err, 'msg', err)})") from None
+        except json.JSONDecodeError as err:  # its line and column count from the file's start
+            raise UserError(f"{path}, line {err.lineno}: invalid JSON ({err.msg} at column {err.colno})") from None
+        except (ValueError, RecursionError) as err:  # an integer of 5000 digits, nesting 10^5 deep
+            raise UserError(f"{path}, line {line}: invalid JSON ({type(err).__name__}: {str(err)[:80]})") from None
         rows.append((len(rows), row))
         at += len(text[at:]) - len(text[at:].lstrip())
         if text[at:at + 1] == "]":
