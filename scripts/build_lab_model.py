@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import torch
+from _shipped import write_model
 from transformers import GPT2LMHeadModel
 
 from minirlhf.models import SHIPPED, load_model
@@ -55,10 +56,7 @@ def main() -> None:
     for row in history:
         if any(key.startswith("eval/") for key in row):
             print({key: round(value, 3) for key, value in row.items() if key.startswith("eval/") or key == "step"})
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out, safe_serialization=True)
-    tokenizer.save_pretrained(args.out)
-    print(f"wrote {args.out} in {time.time() - t0:.0f}s")
+    write_model(model, tokenizer, args.out, t0)
 
 
 if __name__ == "__main__":

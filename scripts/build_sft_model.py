@@ -13,6 +13,8 @@ import argparse
 import time
 from pathlib import Path
 
+from _shipped import write_model
+
 from minirlhf.models import SHIPPED
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.sft import SFTConfig, train_sft
@@ -30,10 +32,7 @@ def main() -> None:
     model, tokenizer, history = train_sft(arithmetic.sft_data(), config)
     for step, acc in zip(*history.column("eval/accuracy")):
         print(f"step {step:4d}  held-out accuracy {acc:.3f}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out, safe_serialization=True)
-    tokenizer.save_pretrained(args.out)
-    print(f"wrote {args.out} in {time.time() - t0:.0f}s")
+    write_model(model, tokenizer, args.out, t0)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from _shipped import write_model
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -111,10 +112,7 @@ def main() -> None:
         if step % 100 == 0 or step == args.steps - 1:
             print(f"step {step:5d}  loss {loss.item():.3f}  ({time.time() - t0:.0f}s)", flush=True)
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(args.out, safe_serialization=True)
-    tokenizer.save_pretrained(args.out)
-    print(f"wrote {args.out} in {time.time() - t0:.0f}s")
+    write_model(model, tokenizer, args.out, t0)
 
 
 if __name__ == "__main__":
