@@ -14,19 +14,6 @@ from hypothesis import settings
 
 from minirlhf.models import load_model
 
-
-def restamp_checkpoint(folder: Path) -> None:
-    """Write the sha256 of a checkpoint's files, as they are now, into its state.json: a tampered file then passes
-    the digest check (as in a checkpoint written before digests were kept), so that the deeper checks of what the
-    file holds are the ones tested."""
-    import json
-
-    from minirlhf.trainers.run.checkpoint import STATE_FILE, file_digests
-
-    state = json.loads((folder / STATE_FILE).read_text())
-    state["files"] = file_digests(folder)
-    (folder / STATE_FILE).write_text(json.dumps(state))
-
 # The generated (property and fuzz) tests draw the same examples on every run: CI's verdict on a commit does not depend
 # on a random seed. HYPOTHESIS_PROFILE=random draws new examples on each run, to explore further.
 settings.register_profile("derandomized", derandomize=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import restamp_checkpoint
+from _checkpoints import restamp_checkpoint
 from safetensors.torch import load_file
 
 from minirlhf.data import load_preference_pairs

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import restamp_checkpoint
+from _checkpoints import restamp_checkpoint
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import restamp_checkpoint
+from _checkpoints import restamp_checkpoint
 from safetensors.torch import save_model
 
 from minirlhf.__main__ import main
