@@ -1,6 +1,6 @@
 """Every import points down: the floors of the house, drawn from the imports of every module of minirlhf.
 
-    core  <  data  <  tasks  <  trainers  <  the command line          course reads up to tasks, and nothing reads it
+    core  <  data  <  tasks  <  trainers  <  the command line, the lab   course reads up to tasks, and nothing reads it
 
 and inside the trainers, three levels over the run's plumbing:
 
@@ -42,8 +42,9 @@ FLOORS = {
     "minirlhf.cli": 4,
     "minirlhf.__main__": 4,
     "minirlhf.demo": 4,
+    "minirlhf.lab": 4,  # the effects of the lab: experiments that run the trainers, read by notebooks and benchmarks
 }
-FLOOR_NAMES = ["core", "data", "tasks", "trainers", "command line"]
+FLOOR_NAMES = ["core", "data", "tasks", "trainers", "command line and lab"]
 COURSE = "minirlhf.course"  # its own wing: it may import itself and the floors up to COURSE_READS, nothing imports it
 # the capstone and the silent-bug runs train on the arithmetic task (its problems, reward and accuracy): the course
 # reads the tasks floor, never the trainers (whose loops the student writes) or the command line

@@ -1,0 +1,81 @@
+"""The lab: each effect that a 2025 fix exists for, made to show on the student's CPU in minutes, on purpose.
+
+An effect is an experiment with arms (the settings it compares), run from the lab model on each of several seeds
+through the trainers' public API. It states its criterion in words and checks it on every seed; it `shows` only when
+the criterion holds on all of them (and on what the effect checks across seeds). One module per effect:
+
+    (a) length_bias    under GRPO's per-answer mean (seq-mean), wrong answers grow longer      -> notebook 07a
+    (b) entropy_clip   with random rewards, the symmetric clip lowers entropy; clip-higher less  -> notebook 07b
+    (g) no_clip        PPO without clipping, a batch reused many times, ends below ε = 0.2       -> notebook 03b
+
+    from minirlhf.lab import EFFECTS, run_effect
+    report = run_effect("a", seeds=[0, 1, 2], quick=True)     # what benchmarks/phenomena.py runs, per effect
+    report["shows"], report["effect_size"]
+
+The lab sits beside the command line, above the trainers: it imports them, and nothing in the library imports it.
+Its figures take a matplotlib `Axes` from the caller (a notebook or the benchmark), so the lab itself needs no
+plotting package.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from minirlhf.lab.effect import MODEL, Effect
+from minirlhf.lab.entropy_clip import EFFECT as ENTROPY_CLIP
+from minirlhf.lab.length_bias import EFFECT as LENGTH_BIAS
+from minirlhf.lab.no_clip import EFFECT as NO_CLIP
+
+EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "g": NO_CLIP}
+
+__all__ = ["EFFECTS", "MODEL", "Effect", "run_effect", "run_seed"]
+
+
+def run_seed(key: str, seed: int, settings: dict, verbose: bool = True) -> dict:
+    """One seed of one effect, all its arms: the figures, whether the criterion holds, wall and CPU time, load."""
+    effect = EFFECTS[key]
+    load_before, started, cpu = os.getloadavg(), time.perf_counter(), time.process_time()
+    arms = effect.run_seed(seed, settings)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    holds = bool(effect.holds(arms))
+    if verbose:
+        print(f"({key}) seed {seed}: holds={holds}  {wall:.0f} s  load {os.getloadavg()[0]:.1f}  {summary(arms)}",
+              flush=True)
+    return {"seed": seed, "arms": arms, "holds": holds, "wall_s": round(wall, 1), "cpu_s": round(cpu, 1),
+            "load_before": list(load_before), "load_after": list(os.getloadavg())}
+
+
+def settings_of(key: str, quick: bool, model: str = MODEL) -> dict:
+    """The settings an effect's runs use: the model they start from, its task knobs, trainer fields and arms."""
+    if key not in EFFECTS:
+        raise ValueError(f"effect {key!r}: unknown; the effects are {', '.join(EFFECTS)}")
+    return {"model": model} | EFFECTS[key].settings(quick)
+
+
+def verdict(key: str, settings: dict, seeds: list[dict]) -> dict:
+    """One effect's report from its seeds' runs: title, criterion, settings, each seed, the effect size, `shows`."""
+    effect = EFFECTS[key]
+    across = effect.across(seeds)
+    shows = all(s["holds"] for s in seeds) and across.get("ranges_apart", True)
+    return {"title": effect.title, "criterion": effect.criterion, "settings": settings, "seeds": seeds,
+            "effect_size": across, "shows": shows}
+
+
+def run_effect(key: str, seeds: list[int], quick: bool = False, model: str = MODEL, verbose: bool = True) -> dict:
+    """Run one effect on `seeds`, one after another, and judge it (see `verdict`)."""
+    settings = settings_of(key, quick, model)
+    return verdict(key, settings, [run_seed(key, seed, settings, verbose) for seed in seeds])
+
+
+def summary(arms: dict) -> str:
+    """One line per seed: each arm's final, max and mean figures."""
+    parts = []
+    for arm, figures in arms.items():
+        if isinstance(figures, dict):
+            finals = {k: round(v, 3) for k, v in figures.items() if k.startswith(("final_", "max_", "mean_"))
+                      and isinstance(v, float)}
+            parts.append(f"{arm}: {finals}")
+        elif figures is not None:
+            parts.append(f"{arm}: {figures:.3f}")
+    return "; ".join(parts)

@@ -1,0 +1,52 @@
+"""What an effect is (its arms, criterion and figure), and the one GRPO run on the lab task most effects start from."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+
+from minirlhf.lab.observe import SeenCompletions
+
+MODEL = "tiny-lab"  # what every run starts from, unless told otherwise
+RUN = {"eval_every": 0, "eval_kl": False, "progress": False, "device": "cpu"}  # every run: no evaluation during it
+
+
+@dataclasses.dataclass(frozen=True)
+class Effect:
+    """One experiment of the lab.
+
+    settings(quick) -> the task knobs, trainer fields and arms (quick: a few steps, for a smoke test);
+    run_seed(seed, settings) -> that seed's figures, per arm;  holds(figures) -> the criterion on one seed;
+    across(all seeds' figures) -> the effect size, its range, and any check across seeds ("ranges_apart");
+    plot(ax, seeds) draws every seed's curves on one matplotlib Axes.
+    """
+
+    title: str
+    criterion: str
+    notebook: str  # where the course runs it live
+    settings: Callable[[bool], dict]
+    run_seed: Callable[[int, dict], dict]
+    holds: Callable[[dict], bool]
+    across: Callable[[list[dict]], dict]
+    plot: Callable[..., None]
+
+
+def grpo_run(settings: dict, seed: int, reward=None, **fields):
+    """One GRPO run on the lab task (settings["task"]) from settings["model"] with settings["grpo"] and `fields`;
+    `reward` replaces the task's verifier. Returns (history, the completions it saw, model, tokenizer)."""
+    from minirlhf.models import load_tokenizer
+    from minirlhf.tasks import lab
+    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+
+    task = lab.task(lab.LabConfig(**settings["task"]))
+    seen = SeenCompletions(reward or task.reward_fn, load_tokenizer(settings["model"]))
+    config = GRPOConfig(model=settings["model"], seed=seed, **RUN, **settings["grpo"], **fields)
+    model, tokenizer, history = train_grpo(dataclasses.replace(task, reward_fn=seen), config)
+    return history, seen, model, tokenizer
+
+
+def differences(seeds: list[dict], key: str, first: str, second: str, size: str) -> dict:
+    """Per seed, arm `first`'s figure `key` minus arm `second`'s: their mean and range, described by `size`."""
+    gaps = [s["arms"][first][key] - s["arms"][second][key] for s in seeds]
+    return {"size": size, "mean": statistics.fmean(gaps), "range": [min(gaps), max(gaps)]}
