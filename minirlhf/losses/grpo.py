@@ -1,7 +1,7 @@
 """GRPO, in the order of notebooks 04a and 04b: group-relative advantages, then the loss (PPO's clip with one
 advantage per sequence, a k3 KL penalty, and a choice of how tokens are weighted, ``aggregate``).
 
-Then what the field changed after DeepSeek-R1, in the order of notebook 07, by name:
+Then what the field changed after DeepSeek-R1, in the order of notebooks 07a and 07b, by name:
   DAPO (Yu et al., 2025)        dynamic sampling: `informative_groups`; token-level aggregation:
                                 aggregation="token-mean" (TRL loss_type="dapo" on one process); clip-higher:
                                 `eps_high` of grpo_loss / clipped_surrogate; overlong filtering: `mask_truncated`;
@@ -173,7 +173,7 @@ def grpo_loss(
     return loss, stats
 
 
-# ----------------------------------------------------------------------------- GRPO since R1 (notebook 07)
+# ----------------------------------------------------------------------------- GRPO since R1 (notebooks 07a, 07b)
 
 
 def informative_groups(rewards: Tensor, group_size: int, eps: float = CONSTANT_GROUP_STD) -> Tensor:

@@ -1,4 +1,5 @@
-"""Exercises of notebook 05: the DPO loss with its implicit rewards, and the rest of the zoo: SimPO, ORPO, KTO."""
+"""The DPO family's exercises: the DPO loss with its implicit rewards (notebook 05a), and the rest of the zoo:
+SimPO, ORPO, KTO (notebook 08)."""
 
 from __future__ import annotations
 

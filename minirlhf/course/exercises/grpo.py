@@ -1,4 +1,5 @@
-"""Exercises of notebook 04: group-normalised advantages, the k3 KL estimator, GRPO's full loss."""
+"""GRPO's exercises: group-normalised advantages and the k3 KL estimator (notebook 04a), GRPO's full loss
+(notebook 08)."""
 
 from __future__ import annotations
 

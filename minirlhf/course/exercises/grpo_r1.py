@@ -1,5 +1,5 @@
-"""Exercises of notebook 07 (GRPO since R1): DAPO's clip-higher surrogate and dynamic-sampling filter, GSPO's
-sequence-level ratio."""
+"""Exercises of GRPO since R1: DAPO's clip-higher surrogate and dynamic-sampling filter (notebook 07a), GSPO's
+sequence-level ratio (notebook 07b)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Exercises of notebook 03: the clipped PPO loss, GAE, the per-token KL reward."""
+"""PPO's exercises: the clipped loss and GAE (notebook 03a), the per-token KL reward (notebook 08)."""
 
 from __future__ import annotations
 

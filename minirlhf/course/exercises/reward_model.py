@@ -1,4 +1,4 @@
-"""Exercise of notebook 05: the Bradley–Terry reward-model loss."""
+"""Exercise of notebook 05b: the Bradley–Terry reward-model loss."""
 
 from __future__ import annotations
 
