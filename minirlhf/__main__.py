@@ -42,21 +42,36 @@ TRAINERS = {
     "grpo": ("grpo", "GRPOConfig", "train_grpo", "resolve_task"),
     "ppo": ("ppo", "PPOConfig", "train_ppo", "resolve_task"),
     "reward-model": ("reward_model", "RewardModelConfig", "train_reward_model", None),
-    "dpo": ("dpo", "DPOConfig", "train_dpo", None),  # --loss-type kto: the kto command's trainer
+    "dpo": ("dpo", "DPOConfig", "train_dpo", None),  # dpo --loss-type kto: the kto command (`_older_spelling`)
     "kto": ("kto", "KTOConfig", "train_kto", None),
 }
 
 
-def _trainer(command: str, loss_type: str | None = None) -> tuple[type, Callable, Callable | None]:
+def _trainer(command: str) -> tuple[type, Callable, Callable | None]:
     """(config class, train(data, config) -> (model, tokenizer, history), data(config) or None) of a command."""
     from minirlhf.tasks import registry
 
     module, config_name, train_name, data_name = TRAINERS[command]
     config_cls = getattr(importlib.import_module(f"minirlhf.trainers.{module}"), config_name)
-    if loss_type == "kto":  # `dpo --loss-type kto`, the older spelling of the kto command (`kto.kto_config`)
-        module, train_name = "kto", "train_kto"
     train = getattr(importlib.import_module(f"minirlhf.trainers.{module}"), train_name)
     return config_cls, train, getattr(registry, data_name) if data_name else None
+
+
+def _older_spelling(command: str, rest: list[str]) -> tuple[str, list[str]]:
+    """`dpo --loss-type kto ...` is the kto command's older spelling: the kto command, with every one of its flags
+    (--desirable-weight too), and its runs recorded as KTO runs. The last --loss-type given decides, as in argparse."""
+    if command != "dpo":
+        return command, rest
+    given = [(i, 2) if arg == "--loss-type" else (i, 1) for i, arg in enumerate(rest)
+             if arg == "--loss-type" or arg.startswith("--loss-type=")]
+    if not given:
+        return command, rest
+    last, width = given[-1]
+    value = rest[last + 1] if width == 2 and last + 1 < len(rest) else rest[last].partition("=")[2]
+    if value != "kto":
+        return command, rest
+    dropped = {i + k for i, w in given for k in range(w)}
+    return "kto", [arg for i, arg in enumerate(rest) if i not in dropped]
 
 
 def _sample(argv: list[str]) -> None:
@@ -156,6 +171,7 @@ def _main(argv: list[str]) -> None:
     command, rest = argv[0], argv[1:]
     if command in TOOLS:
         return TOOLS[command](rest)
+    command, rest = _older_spelling(command, rest)
     config_cls = _trainer(command)[0]
     parser = argparse.ArgumentParser(prog=f"python -m minirlhf {command}", allow_abbrev=False)
     add_config_arguments(parser, config_cls)
@@ -175,14 +191,12 @@ def _main(argv: list[str]) -> None:
         parser.set_defaults(**defaults)
         args = parser.parse_args(rest)
     given = given_fields(parser, rest)
-    if command == "dpo" and getattr(args, "loss_type", None) == "kto" and args.resume:
-        command, config_cls = "kto", _trainer("kto")[0]  # the older spelling's run was recorded as a KTO run
     config = config_from_args(config_cls, args, given)
     if config.resume is not None and defaults:
         named = " ".join(f"--{name} {value}" for name, value in (("preset", args.preset),
                                                                    ("recipe", getattr(args, "recipe", None))) if value)
         _refuse_other_settings(config, defaults, given, named)
-    _, train, resolve_data = _trainer(command, getattr(config, "loss_type", None))
+    _, train, resolve_data = _trainer(command)
     data = resolve_data(config) if resolve_data else None  # what train(None, config) would build, checked here
     history = train(data, config)[2]
     from minirlhf.distributed import is_main_process

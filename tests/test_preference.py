@@ -392,12 +392,15 @@ def test_the_kto_command_and_its_older_spelling_train_kto_with_its_own_weights(t
     common = ["--pairs", str(data), "--steps", "2", "--batch-size", "4", "--eval-prompts", "0", "--progress", "false"]
     main(["kto", *common, "--desirable-weight", "2", "--out-dir", str(tmp_path / "kto")])
     main(["dpo", "--loss-type", "kto", *common, "--out-dir", str(tmp_path / "alias")])
-    assert capsys.readouterr().out.count("eval/rewards/accuracy") == 2
-    for name in ("kto", "alias"):
+    main(["dpo", *common, "--loss-type=kto", "--desirable-weight", "3", "--out-dir", str(tmp_path / "weighted")])
+    assert capsys.readouterr().out.count("eval/rewards/accuracy") == 3
+    names = ("kto", "alias", "weighted")
+    for name in names:
         rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         assert "rewards/desirable" in rows[1], name
-    saved = {name: json.loads((tmp_path / name / "config.json").read_text()) for name in ("kto", "alias")}
+    saved = {name: json.loads((tmp_path / name / "config.json").read_text()) for name in names}
     assert saved["kto"]["desirable_weight"] == 2.0 and saved["alias"]["desirable_weight"] == 1.0
+    assert saved["weighted"]["desirable_weight"] == 3.0  # the older spelling takes every flag of the kto command
     assert "loss_type" not in saved["alias"]  # the older spelling runs the KTO trainer, recorded as a KTO run
     with pytest.raises(SystemExit):  # a DPO-only field is no flag of the kto command
         main(["kto", *common, "--rpo-alpha", "0.5"])
@@ -459,3 +462,31 @@ def test_the_older_kto_spelling_resumes_a_kto_run(tmp_path, started_by):
     main(["dpo", "--loss-type", "kto", *common, "--steps", "2", "--resume", str(tmp_path / "run")])
     rows = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(row)["step"] for row in rows] == [0, 1]  # steps count from 0: the resume ran the second
+
+
+def test_the_older_kto_spelling_is_read_from_the_last_loss_type_in_any_spelling():
+    """`dpo ... --loss-type kto ...` becomes the kto command with the --loss-type flags removed, wherever they stand and
+    however they are written; the last one decides, as argparse would; any other command or value is left alone."""
+    import random
+
+    from minirlhf.__main__ import _older_spelling
+
+    rng = random.Random(0)
+    others = ["--beta", "0.2", "--steps", "3", "--desirable-weight", "2", "--out-dir", "runs/x"]
+    for _ in range(300):
+        values = [rng.choice(["kto", "sigmoid", "ipo", "simpo"]) for _ in range(rng.randint(1, 3))]
+        flags = [["--loss-type", v] if rng.random() < 0.5 else [f"--loss-type={v}"] for v in values]
+        rest, cut = [], rng.sample(range(len(others) // 2 + 1), len(flags))
+        pairs = [others[i:i + 2] for i in range(0, len(others), 2)]
+        for position in range(len(pairs) + 1):
+            if position in cut:
+                rest += flags[cut.index(position)]
+            rest += pairs[position] if position < len(pairs) else []
+        last = values[cut.index(max(cut))]
+        command, kept = _older_spelling("dpo", rest)
+        if last == "kto":
+            assert command == "kto" and kept == others, rest
+        else:
+            assert (command, kept) == ("dpo", rest), rest
+        assert _older_spelling("kto", rest) == ("kto", rest)
+    assert _older_spelling("dpo", ["--steps", "2", "--loss-type"]) == ("dpo", ["--steps", "2", "--loss-type"])
