@@ -338,6 +338,21 @@ def test_kto_mismatched_partners_have_another_prompt():
         mismatched_partners(examples[:2], random.Random(0))
 
 
+def test_kto_refuses_pairs_of_one_prompt_before_loading_a_model(tmp_path):
+    """The check runs before the model is loaded or the out-dir written: a model that does not exist is never
+    reached, and the message names the pairs' file."""
+    from minirlhf.errors import UserError
+    from minirlhf.trainers.kto import KTOConfig, train_kto
+
+    pair = load_preference_pairs("sentiment")[0]
+    data = tmp_path / "one-prompt.jsonl"
+    save_preference_pairs([pair, pair, pair], data)
+    config = KTOConfig(pairs=str(data), model=str(tmp_path / "no-such-model"), out_dir=str(tmp_path / "run"))
+    with pytest.raises(UserError, match=r"one-prompt\.jsonl: all 3 training pairs share the prompt"):
+        train_kto(None, config)
+    assert not (tmp_path / "run").exists()
+
+
 # ----------------------------------------------------------------------------- learning (slow)
 #
 # Short runs on the shipped pairs (defaults otherwise), single CPU thread, measured when these were written:

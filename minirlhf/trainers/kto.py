@@ -30,6 +30,7 @@ from minirlhf.data import (
     encode_prompt_completion,
     unpaired_examples,
 )
+from minirlhf.errors import UserError
 from minirlhf.logprobs import packed_response_logprobs, sequence_logprobs
 from minirlhf.losses import kto_loss
 from minirlhf.trainers.config import require_positive
@@ -63,6 +64,17 @@ def kto_config(config: KTOConfig | DPOConfig) -> KTOConfig:
         raise ValueError(f"train_kto needs a KTOConfig (or DPOConfig(loss_type='kto')), got {config!r:.120}")
     shared = {f.name: getattr(config, f.name) for f in dataclasses.fields(ImplicitRewardConfig)}
     return KTOConfig(**shared)
+
+
+def check_prompts(data: PreferenceData, config: KTOConfig) -> None:
+    """z_ref scores each example against a completion of another prompt: pairs that all share one prompt are
+    refused before anything is loaded."""
+    prompts = {pair.prompt for pair in data.train}
+    if len(prompts) < 2:
+        source = config.pairs if isinstance(config.pairs, str) else "the pairs given"
+        raise UserError(f"{source}: all {len(data.train)} training pairs share the prompt "
+                        f"{next(iter(prompts), '')!r:.60}; KTO needs examples of at least two different prompts to "
+                        f"estimate z_ref")
 
 
 def mismatched_partners(examples: list[UnpairedExample], rng: random.Random) -> list[int]:
@@ -107,7 +119,7 @@ def train_kto(
     # of 2 x batch_size examples); then p_ref (`settle_reference`) and the run. `run.batch` draws this process's
     # share of a batch, and `run.update(loss, over=...)` weighs the loss by that share.
     start = preference_start(data, kto_config(config or KTOConfig()), policy_loader(model, tokenizer),
-                             rows_per_pair=2)
+                             rows_per_pair=2, check=check_prompts)
     config, tokenizer, max_length = start.config, start.tokenizer, start.max_length
     examples = unpaired_examples(start.data.train)  # 2N: [y_w of pair 0 (desirable), y_l of pair 0, ...]
     partners = mismatched_partners(examples, start.rng)  # example j's z_ref term scores (x_j, y of partners[j])

@@ -232,13 +232,17 @@ class PreferenceStart:
 def preference_start(
     data: PreferenceData | list[PreferencePair] | str | None, config: PreferenceConfig,
     load: Callable[[PreferenceConfig], tuple[nn.Module, Any]], rows_per_pair: int = 1,
+    check: Callable[[PreferenceData, PreferenceConfig], None] | None = None,
 ) -> PreferenceStart:
     """The preamble the preference trainers share: the pairs (`config.pairs` when `data` is None; a shipped set
     brings its sampling evaluation), the run's start (`run.begin`: a resume held to its data, the processes, the
     seeds), the model (`load(config)`), the context size, every pair checked against it (long completions are cut,
     with a warning), and epochs -> steps, every batch checked to share out equally over the processes
-    (`rows_per_pair`: KTO draws its 2N examples, 2 x batch_size at a time)."""
+    (`rows_per_pair`: KTO draws its 2N examples, 2 x batch_size at a time). `check(data, config)`: what a method
+    needs of the pairs, raised before anything is loaded or written."""
     data = shipped_preference_data(config.pairs if data is None else data)
+    if check is not None:
+        check(data, config)
     runtime, config = begin(config)
     rng = random.Random(config.seed)
     model, tokenizer = load(config)
