@@ -18,6 +18,7 @@ from safetensors.torch import save_model
 
 from minirlhf.__main__ import main
 from minirlhf.data import PreferenceData, PreferencePair, load_preference_pairs, preference_data
+from minirlhf.errors import UserError
 from minirlhf.losses import (
     KL_K3_LINEAR_ABOVE,
     KL_K3_LINEAR_ABOVE_FP16,
@@ -120,8 +121,17 @@ def test_resuming_a_moved_run_writes_into_its_own_folder(tmp_path, capsys):
     assert {p: p.read_bytes() for p in (tmp_path / "exp").rglob("*") if p.is_file()} == other
     assert [r["step"] for r in _rows(tmp_path / "exp-old" / "metrics.jsonl")] == [0, 1, 2]
     assert [p.name for p in list_checkpoints(tmp_path / "exp-old")] == ["step-000001", "step-000002"]
-    with pytest.raises(ValueError, match="belongs to the run folder .*exp-old, but out_dir=.*a resumed run writes"):
-        _tiny_checkpointer(tmp_path / "exp", resume=str(tmp_path / "exp-old")).resume()
+    old = tmp_path / "exp-old"
+    for out_dir in (tmp_path / "exp", old / "model", old / "checkpoints", tmp_path, old / ".." / "exp"):
+        # refused by the config, before a model is loaded or a folder touched
+        with pytest.raises(UserError, match="belongs to the run folder .*exp-old, but out_dir=.*a resumed run writes"):
+            GRPOConfig(out_dir=str(out_dir), resume=str(old))
+    for out_dir in (old, old / ".", old / "model" / ".."):  # its own folder, however spelled
+        assert Path(GRPOConfig(out_dir=str(out_dir), resume=str(old)).out_dir).resolve() == old.resolve()
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["grpo", "--resume", str(old), "--out-dir", str(old / "model"), "--steps", "3"])
+    assert "Loading weights" not in capsys.readouterr().err
 
 
 def test_resuming_from_another_working_directory_writes_into_the_runs_folder(tmp_path, monkeypatch, capsys):

@@ -17,7 +17,7 @@ from minirlhf.data import PREFERENCE_DATASETS
 from minirlhf.errors import UserError
 from minirlhf.paths import absolute, check_apart
 from minirlhf.precision import PRECISIONS
-from minirlhf.trainers.run.checkpoint import check_fork_target, find_checkpoint, run_folder
+from minirlhf.trainers.run.checkpoint import check_fork_target, check_own_folder, find_checkpoint, run_folder
 from minirlhf.trainers.run.manifest import FOLDER_FIELDS
 
 
@@ -71,6 +71,8 @@ class TrainConfig:
                                 f"out_dir unset (it is {self.out_dir!r})")
             check_fork_target(self.resume, self.fork_to)
             self.out_dir = self.fork_to
+        elif self.resume is not None:
+            check_own_folder(self.resume, self.out_dir)
         if self.resume is not None and self.out_dir is None:
             self.out_dir = str(run_folder(self.resume))  # a resumed run keeps writing where it wrote before
         if self.out_dir is not None and Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():

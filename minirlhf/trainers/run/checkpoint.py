@@ -141,7 +141,6 @@ class Checkpointer:
             restored = self.restore(checkpoint, state)
             self._start_manifest({"run_id": state.get("run_id"), "checkpoint": str(checkpoint.resolve())})
             return restored
-        _check_own_folder(self.config.resume, self.config.out_dir)
         restored = self.restore(checkpoint, state)  # the checkpoint's own checks (method, config, weights) first
         manifest = _manifest_of_own_run(checkpoint, own, state.get("run_id"))  # then the run's: before any write
         if manifest["method"] != method:
@@ -478,11 +477,12 @@ def _read_lock(fd: int) -> str:
         return text.strip()
 
 
-def _check_own_folder(resume: str | os.PathLike, out_dir: str | None) -> None:
-    """A resumed run writes into the folder of the checkpoint it resumes from, nowhere else."""
+def check_own_folder(resume: str | os.PathLike, out_dir: str | None) -> None:
+    """A resumed run writes into the folder of the checkpoint it resumes from, nowhere else (checked by the config,
+    before anything is loaded)."""
     own = run_folder(resume)
     if out_dir is not None and Path(out_dir).resolve() != own.resolve():
-        raise ValueError(
+        raise UserError(
             f"resume={str(resume)!r} belongs to the run folder {own}, but out_dir={out_dir!r}: a resumed run writes "
             f"into its own folder; leave out_dir unset (or set it to {str(own)!r})"
         )
