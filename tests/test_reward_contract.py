@@ -47,6 +47,8 @@ def _answers():
         values.map(lambda v: (torch.tensor(v, dtype=torch.float64), v)),
         values.map(lambda v: (np.array(v, dtype=np.longdouble), v)),
         values.map(lambda v: (torch.tensor(v, dtype=torch.float64).to_sparse(), v)),
+        st.tuples(values, st.lists(st.booleans(), min_size=6, max_size=6)).map(_masked),  # valid when none is masked
+        values.map(lambda v: (torch.tensor(v, dtype=torch.float64, device="meta"), None)),  # no values to read
         st.lists(element, min_size=B, max_size=B).map(lambda v: (v, None)),  # mixed elements: judged one by one
         values.map(lambda v: (np.array(v, dtype=np.float64).reshape(-1, 1), None)),  # (B, 1)
         values.map(lambda v: (torch.tensor(v, dtype=torch.float64).reshape(1, -1), None)),  # (1, B)
@@ -62,6 +64,19 @@ def _answers():
         st.text(min_size=B, max_size=B).map(lambda t: (t, None)),
         st.binary(min_size=B, max_size=B).map(lambda t: (t, None)),
     )
+
+
+def _masked(values_and_mask):
+    values, mask = values_and_mask
+    return np.ma.array(values, mask=mask[: len(values)], dtype=np.float64), values
+
+
+def _unreadable(returned) -> bool:
+    """An array or tensor of the right shape whose values cannot be read as rewards: masked entries, the meta
+    device."""
+    if np.ma.isMaskedArray(returned):
+        return bool(np.ma.getmaskarray(returned).any())
+    return isinstance(returned, torch.Tensor) and returned.is_meta
 
 
 def _valid_element(x) -> bool:
@@ -85,7 +100,8 @@ def test_only_an_ordered_sequence_of_numbers_crosses_as_rewards(answer):
 
     ordered = isinstance(returned, list | tuple) or (
         isinstance(returned, np.ndarray | torch.Tensor) and returned.ndim == 1)
-    elements = list(returned) if ordered else []
+    readable = ordered and not _unreadable(returned)
+    elements = list(returned.data if np.ma.isMaskedArray(returned) else returned) if readable else []
     valid = ordered and len(elements) == B and all(_valid_element(x) for x in elements)
     if valid:
         rewards = call_reward(my_reward, PROMPTS, COMPLETIONS)
@@ -110,6 +126,8 @@ def test_only_an_ordered_sequence_of_numbers_crosses_as_rewards(answer):
     (np.ones((1, B)), r"returned a ndarray of shape \(1, 4\)"),
     ([[1.0]] * B, r"returned \[1\.0\] \(a list\) for completion 0"),
     ([torch.ones(1)] * B, r"returned tensor\(\[1\.\]\) \(a Tensor\) for completion 0"),
+    (np.ma.array([1.0] * B, mask=[0, 1, 0, 1]), r"returned a masked array with completions \[1, 3\] masked"),
+    (torch.ones(B, device="meta"), "returned a tensor on the meta device"),
 ])
 def test_a_refused_answer_is_named_with_its_type(returned, words):
     def my_reward(prompts, completions, **_):

@@ -137,6 +137,13 @@ def call_reward(reward_fn: RewardFn, prompts: list[str], completions: list[str],
         if rewards.ndim != 1:
             raise ValueError(f"reward function {name} returned a {type(rewards).__name__} of shape "
                              f"{tuple(rewards.shape)} instead of {wanted} (a 1-D array or tensor)")
+        if isinstance(rewards, torch.Tensor) and rewards.is_meta:
+            raise ValueError(f"reward function {name} returned a tensor on the meta device, which holds no values, "
+                             f"instead of {wanted}")
+        if np.ma.isMaskedArray(rewards) and np.ma.getmaskarray(rewards).any():
+            masked = np.flatnonzero(np.ma.getmaskarray(rewards)).tolist()
+            raise ValueError(f"reward function {name} returned a masked array with completions {_short(masked)} "
+                             f"masked: a masked value is no reward; fill it (rewards.filled(0.0)) or score it")
         rewards = (rewards.to_dense() if isinstance(rewards, torch.Tensor) and rewards.is_sparse else rewards).tolist()
     elif isinstance(rewards, numbers.Number):
         raise ValueError(f"reward function {name} returned a single {type(rewards).__name__} ({rewards!r}) instead "
