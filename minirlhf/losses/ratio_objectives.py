@@ -96,7 +96,8 @@ def sapo_surrogate(
     """
     check_positive("tau_pos", tau_pos)
     check_positive("tau_neg", tau_neg)
-    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)  # τ per token
+    taus = [torch.tensor(t, dtype=ratio.dtype, device=ratio.device) for t in (tau_pos, tau_neg)]
+    tau = torch.where(advantages > 0, *taus)  # τ per token, in the ratio's precision
     return 4 / tau * torch.sigmoid(tau * (ratio - 1)) * advantages
 
 
@@ -128,8 +129,8 @@ def gmpo_ratio(
     GRPO's objective is an arithmetic mean of r_t Â over the tokens, so one token with a huge r_t moves it
     (and PPO must clip it); a geometric mean lets an outlier count only through log r_t / |y_i|. ``logp``,
     ``old_logp``, ``mask`` (B, T); ``advantages`` (B,), one per sequence. Returns (B,); a row without real
-    tokens gets ŝ = 1. verl averages a (B, T) advantage over the tokens first; with one Â_i per sequence it is
-    the same.
+    tokens gets ŝ = 1, and so does a row with Â_i = 0 (sgn(0) = 0, as verl; J_i = 0 whatever ŝ). verl averages
+    a (B, T) advantage over the tokens first; with one Â_i per sequence it is the same.
     """
     clipped = gmpo_log_ratio(logp - old_logp, advantages[:, None], eps, eps_high)  # (B, T) log ř_i,t
     return torch.exp(masked_mean(clipped, mask, dim=-1))  # (B,) ŝ_i
