@@ -402,3 +402,23 @@ def test_the_grid_shows_where_each_method_stops_the_gradient():
 def test_the_grid_names_bad_input(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("policy_loss, level", [(name, level) for name in POLICY_LOSSES for level in (
+    "token", "sequence") if (name, level) != ("gmpo", "sequence")])
+def test_padding_and_empty_rows_leave_every_policy_loss_finite(policy_loss, level):
+    """inf and NaN on padding, and a row with no real token, change nothing: the loss and its gradient are those of
+    the same batch with zeros there, and the empty row's gradient is 0."""
+    logp, old, advantages, mask = _gmpo_batch(5)
+    mask[2] = 0.0  # an empty row
+    dirty = [t.clone() for t in (logp, old)]
+    for t, bad in zip(dirty, (float("nan"), float("inf"))):
+        t[~mask.bool()] = bad
+    results = []
+    for lp, ol in ((logp * mask, old * mask), dirty):
+        x = lp.clone().requires_grad_(True)
+        loss, _ = grpo_loss(x, ol, None, advantages, mask, EPS, 0.0, "seq-mean", eps_high=EPS_HIGH,
+                            importance_sampling_level=level, policy_loss=policy_loss)
+        results.append((loss.detach(), torch.autograd.grad(loss, x)[0]))
+    torch.testing.assert_close(results[0], results[1])
+    assert torch.isfinite(results[1][1]).all() and (results[1][1][2] == 0).all()
