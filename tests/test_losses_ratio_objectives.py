@@ -21,6 +21,7 @@ from minirlhf.losses import (
     dual_clip_surrogate,
     gmpo_ratio,
     grpo_loss,
+    grpo_per_token_loss,
     ratio_function_grid,
     sapo_surrogate,
 )
@@ -408,7 +409,8 @@ def test_the_grid_names_bad_input(call, match):
     "token", "sequence") if (name, level) != ("gmpo", "sequence")])
 def test_padding_and_empty_rows_leave_every_policy_loss_finite(policy_loss, level):
     """inf and NaN on padding, and a row with no real token, change nothing: the loss and its gradient are those of
-    the same batch with zeros there, and the empty row's gradient is 0."""
+    the same batch with zeros there, the empty row's gradient is 0, and the per-token loss is 0 on padding (the
+    sequence-level objectives too, which are one number per row)."""
     logp, old, advantages, mask = _gmpo_batch(5)
     mask[2] = 0.0  # an empty row
     dirty = [t.clone() for t in (logp, old)]
@@ -422,3 +424,6 @@ def test_padding_and_empty_rows_leave_every_policy_loss_finite(policy_loss, leve
         results.append((loss.detach(), torch.autograd.grad(loss, x)[0]))
     torch.testing.assert_close(results[0], results[1])
     assert torch.isfinite(results[1][1]).all() and (results[1][1][2] == 0).all()
+    per_token = grpo_per_token_loss(*dirty, None, advantages, mask, EPS, 0.0, importance_sampling_level=level,
+                                    policy_loss=policy_loss)
+    assert (per_token[~mask.bool()] == 0).all() and torch.isfinite(per_token).all()  # 0 on padding, as documented

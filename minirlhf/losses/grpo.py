@@ -9,6 +9,8 @@ Then what the field changed after DeepSeek-R1, in the order of notebook 07, by n
   Dr. GRPO (Liu et al., 2025)   grpo_advantages(scale="none") (no division by the std) + aggregation="constant"
                                 (divide by B · T_max: TRL loss_type="dr_grpo" with T_max = max_completion_length)
   GSPO (Zheng et al., 2025)     grpo_loss(importance_sampling_level="sequence") with `sequence_ratio`
+  the ratio zoo                 grpo_loss(policy_loss="dual-clip" | "cispo" | "sapo" | "gmpo"): the objective
+                                f(r, Â) on the ratio, minirlhf.losses.ratio_objectives
   REINFORCE++ (Hu, 2025)        `reinforce_plus_plus_advantages` (and its baseline variant, group_size=G)
   RPO (Pang et al., 2024)       dpo_loss(rpo_alpha=α) in minirlhf.losses.preference: DPO + α · NLL of y_w
 """
@@ -127,14 +129,14 @@ def grpo_per_token_loss(
     shape = dict(dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg)  # the parameters of f
     if policy_loss == "gmpo":
         ratio = gmpo_ratio(logp, old_logp, row_advantages, mask, eps, eps_high)  # (B,) ŝ_i(θ)
-        objective = (ratio * row_advantages)[:, None].expand_as(mask)  # (B, T) J_i on every token of row i
+        (objective,) = _zero_padding(mask, (ratio * row_advantages)[:, None].expand_as(mask))  # (B, T) J_i
     elif importance_sampling_level == "token":
         ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
         objective = ratio_objective(policy_loss, ratio, logp, advantages, eps, eps_high, **shape)  # (B, T)
     else:
         ratio = sequence_ratio(logp, old_logp, mask)[:, None]  # (B, 1) s_i(θ)
         objective = ratio_objective(policy_loss, ratio, logp, row_advantages[:, None], eps, eps_high, **shape)
-        objective = objective.expand_as(mask)  # (B, T)
+        (objective,) = _zero_padding(mask, objective.expand_as(mask))  # (B, T)
     if beta > 0:
         objective = objective - beta * kl_k3(logp, ref_logp)  # k3_t
     return -objective
