@@ -31,7 +31,7 @@ from minirlhf.losses.ppo import _clip_fractions, clipped_surrogate
 
 POLICY_LOSSES = ("clip", "dual-clip", "cispo", "sapo", "gmpo")
 DUAL_CLIP_C = 3.0  # c of dual-clip PPO: Ye et al. 2020 and verl's clip_ratio_c
-SAPO_TAU_POS, SAPO_TAU_NEG = 1.0, 1.05  # SAPO's temperatures, the paper's and TRL's defaults
+SAPO_TAU_POS, SAPO_TAU_NEG = 1.0, 1.05  # SAPO's temperatures: the defaults of TRL and verl
 
 
 def check_dual_clip_c(c: float) -> None:
