@@ -23,7 +23,8 @@ Cross-check (also run by tests/test_benchmarks_trl.py), all against TRL's own co
   against `losses.grpo_advantages` (scale = group, batch, none);
 - loss and its gradient: `GRPOTrainer._compute_loss` on fixed log-prob tensors (a stand-in model; off-policy
   old log-probs so that clipping is active) against `losses.grpo_loss`, for the aggregation pairs
-  grpo = seq-mean, bnpo = token-mean, dapo = token-mean, dr_grpo = constant;
+  grpo = seq-mean, bnpo = token-mean, dapo = token-mean, dr_grpo = constant, and for the ratio zoo: TRL's
+  loss_type cispo and sapo and its delta against policy_loss cispo, sapo and dual-clip;
 - the same model and a TRL-sampled batch (real forward passes): loss and parameter gradients.
 Differences by definition (std + 1e-4 vs max(std, 1e-4), the ratio-weighted KL, position ids of left-padded
 prompts) are reported with their size, not hidden.
@@ -227,6 +228,48 @@ def check_loss_fixed_tensors(trainer, s: Settings, seed: int = 0) -> list[dict]:
             rows.append(check_row("∂loss/∂ per-token log-probs", setting,
                                   max_abs_diff(our_logp.grad, trl_logp.grad), same, note))
     trainer.loss_type, trainer.args.use_bias_correction_kl = s.loss_type, False
+    rows += check_ratio_zoo(trainer, batch, logp, old, ref, advantages, mask, s)
+    return rows
+
+
+# the ratio zoo: (TRL's setting, minirlhf's grpo_loss options); TRL's cispo caps above only, at epsilon_high = ε_max
+# (ε = 1: no lower cap here); its delta is dual-clip's c (the same function for c ≥ 1 + ε_high); its SAPO
+# temperatures are made in float32, so the row uses ones exact in float32
+RATIO_ZOO = [
+    (dict(loss_type="cispo", epsilon_low=1.0, epsilon_high=5.0), dict(policy_loss="cispo", eps=1.0, eps_high=4.0,
+                                                                      aggregation="token-mean")),
+    (dict(loss_type="sapo", sapo_temperature_pos=1.0, sapo_temperature_neg=1.25),
+     dict(policy_loss="sapo", tau_pos=1.0, tau_neg=1.25, aggregation="seq-mean")),
+    (dict(loss_type="grpo", delta=1.25), dict(policy_loss="dual-clip", dual_clip_c=1.25, aggregation="seq-mean")),
+]
+
+
+def check_ratio_zoo(trainer, batch, logp, old, ref, advantages, mask, s: Settings) -> list[dict]:
+    """TRL's cispo, sapo and delta (dual-clip) against grpo_loss's policy_loss on the same fixed tensors."""
+    rows = []
+    for trl_settings, ours in RATIO_ZOO:
+        ours = dict(ours)
+        trainer.loss_type = trl_settings["loss_type"]
+        trainer.epsilon_low = trl_settings.get("epsilon_low", s.eps)
+        trainer.epsilon_high = trl_settings.get("epsilon_high", s.eps)
+        for name in ("delta", "sapo_temperature_pos", "sapo_temperature_neg"):
+            setattr(trainer.args, name, trl_settings.get(name, getattr(trainer.args, name)))
+        trl_logp = logp.clone().requires_grad_(True)
+        full = torch.cat([torch.zeros(logp.shape[0], batch["prompt_ids"].shape[1] - 1), trl_logp], dim=1)
+        loss_trl = trainer._compute_loss(FixedLogProbModel(full), batch)
+        loss_trl.backward()
+        our_logp = logp.clone().requires_grad_(True)
+        eps, aggregation = ours.pop("eps", s.eps), ours.pop("aggregation")
+        loss, _ = grpo_loss(our_logp, old, ref, advantages, mask, eps=eps, beta=s.beta, aggregation=aggregation,
+                            **ours)
+        loss.backward()
+        setting = (f"fixed log-prob tensors, {', '.join(f'{k}={v}' for k, v in trl_settings.items())} vs "
+                   f"{', '.join(f'{k}={v}' for k, v in ours.items())}, aggregation={aggregation}, β={s.beta}")
+        rows.append(check_row("GRPO loss, ratio zoo", setting, max_abs_diff(loss.detach(), loss_trl.detach())))
+        rows.append(check_row("∂loss/∂ per-token log-probs, ratio zoo", setting,
+                              max_abs_diff(our_logp.grad, trl_logp.grad)))
+    trainer.loss_type, trainer.epsilon_low, trainer.epsilon_high = s.loss_type, s.eps, s.eps
+    trainer.args.delta = None
     return rows
 
 

@@ -68,6 +68,10 @@ def test_grpo_cross_check_against_trl(tmp_path):
     for pair in ("loss_type=grpo vs aggregation=seq-mean", "loss_type=bnpo vs aggregation=token-mean",
                  "loss_type=dapo vs aggregation=token-mean", "loss_type=dr_grpo vs aggregation=constant"):
         assert any(pair in setting for setting in losses), pair
+    zoo = [r["setting"] for r in rows["match"] if r["quantity"].endswith("ratio zoo")]
+    for pair in ("loss_type=cispo", "policy_loss=cispo"), ("loss_type=sapo", "policy_loss=sapo"), (
+            "delta=1.25", "policy_loss=dual-clip"):
+        assert sum(all(part in setting for part in pair) for setting in zoo) == 2, pair  # loss and gradient
     differs = {r["quantity"] for r in rows["differs by definition"]}
     assert differs == {"advantages", "GRPO loss", "∂loss/∂ per-token log-probs",
                        "per-token log-probs, rows WITH left padding"}

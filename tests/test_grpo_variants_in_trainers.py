@@ -1,12 +1,14 @@
-"""GRPO since R1 on the configs, the loops and the CLI: clip-higher, GSPO, dynamic sampling, overlong
-handling, REINFORCE++, RPO/IPO normalisation, the recipes, per-reward logging and KL to p_ref at evaluation."""
+"""GRPO since R1 on the configs, the loops and the CLI: clip-higher, GSPO, the ratio zoo's policy losses, dynamic
+sampling, overlong handling, REINFORCE++, RPO/IPO normalisation, the recipes, per-reward logging and KL to p_ref at
+evaluation."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from minirlhf.losses import dpo_loss
+import minirlhf.trainers.grpo as grpo_trainer
+from minirlhf.losses import POLICY_LOSSES, dpo_loss
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.ppo import PPOConfig, train_ppo
 from minirlhf.trainers.preference import DPOConfig, preference_loss
@@ -34,6 +36,43 @@ def test_ppo_takes_eps_high_and_logs_both_clip_sides():
 def test_bad_r1_grpo_fields_name_the_field(config_cls, field, value):
     with pytest.raises(ValueError, match=f"{config_cls.__name__}.{field}"):
         config_cls(**{field: value})
+
+
+@pytest.mark.parametrize("policy_loss", POLICY_LOSSES)
+def test_each_policy_loss_reaches_the_loss_and_logs_where_it_cut(monkeypatch, policy_loss):
+    """The config's policy_loss and its parameters reach grpo_loss on every minibatch, and the step logs the clip
+    fractions the loss reports (dual-clip its floor's too)."""
+    seen = []
+
+    def recording_grpo_loss(*args, **kwargs):
+        seen.append({k: kwargs[k] for k in ("policy_loss", "dual_clip_c", "tau_pos", "tau_neg")})
+        return grpo_loss(*args, **kwargs)
+
+    grpo_loss = grpo_trainer.grpo_loss
+    monkeypatch.setattr(grpo_trainer, "grpo_loss", recording_grpo_loss)
+    own = {"dual-clip": {"dual_clip_c": 2.0}, "sapo": {"sapo_tau_pos": 2.0, "sapo_tau_neg": 3.0}}
+    fields = own.get(policy_loss, {})
+    history = train_grpo(None, GRPOConfig(policy_loss=policy_loss, epochs=2, **fields, **TINY))[2]
+    expected = {"policy_loss": policy_loss, "dual_clip_c": fields.get("dual_clip_c", 3.0),
+                "tau_pos": fields.get("sapo_tau_pos", 1.0), "tau_neg": fields.get("sapo_tau_neg", 1.05)}
+    assert seen and all(call == expected for call in seen)
+    row = history[-1]
+    assert torch.isfinite(torch.tensor(row["loss"]))
+    assert {"clip_frac", "clip_frac_low", "clip_frac_high"} <= row.keys()
+    assert ("clip_frac_dual" in row) == (policy_loss == "dual-clip")
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"policy_loss": "ppo"}, "GRPOConfig.policy_loss"),
+    ({"policy_loss": "dual-clip", "dual_clip_c": 1.0}, "GRPOConfig.dual_clip_c must be > 1"),
+    ({"policy_loss": "sapo", "sapo_tau_neg": 0.0}, "GRPOConfig.sapo_tau_neg"),
+    ({"policy_loss": "gmpo", "importance_sampling_level": "sequence"}, "GRPOConfig.policy_loss='gmpo'"),
+    ({"dual_clip_c": 2.0}, "GRPOConfig.dual_clip_c=2.0 is a setting of policy_loss='dual-clip'"),
+    ({"policy_loss": "cispo", "sapo_tau_pos": 2.0}, "GRPOConfig.sapo_tau_pos=2.0 is a setting of policy_loss='sapo'"),
+])
+def test_bad_policy_loss_fields_name_the_field(fields, match):
+    with pytest.raises(ValueError, match=match):
+        GRPOConfig(**fields)
 
 
 def test_preference_loss_passes_token_counts_rpo_and_ipo_normalisation():

@@ -58,22 +58,26 @@ def _settings(name: str, draw_options: dict) -> dict:
     if name == "value_per_token_loss":
         return {"clip": draw_options["value_clip"]}
     if name == "grpo_per_token_loss":
+        policy_loss = draw_options["policy_loss"]  # gmpo is a sequence ratio of its own: token level only
         return {"eps": 0.2, "beta": draw_options["beta"], "eps_high": draw_options["eps_high"],
-                "importance_sampling_level": draw_options["level"]}
+                "importance_sampling_level": "token" if policy_loss == "gmpo" else draw_options["level"],
+                "policy_loss": policy_loss}
     return {}
 
 
 @pytest.mark.parametrize("name", sorted(PAIRS))
 @given(seed=st.integers(0, 2**16), B=st.integers(1, 4), T=st.integers(1, 5), ragged=st.booleans(),
        pick=st.integers(0, 3), eps_high=st.sampled_from([None, 0.28]), value_clip=st.sampled_from([None, 0.2]),
-       beta=st.sampled_from([0.0, 0.04]), level=st.sampled_from(["token", "sequence"]))
+       beta=st.sampled_from([0.0, 0.04]), level=st.sampled_from(["token", "sequence"]),
+       policy_loss=st.sampled_from(losses.POLICY_LOSSES))
 def test_the_scalar_loss_is_aggregate_of_the_per_token_loss(name, seed, B, T, ragged, pick, eps_high, value_clip,
-                                                             beta, level):
+                                                             beta, level, policy_loss):
     """loss(...) == aggregate(per_token_loss(...), mask, aggregation), value and gradient, to the last bit."""
     scalar_name, aggregations = PAIRS[name]
     per_token_fn, scalar_fn = getattr(losses, name), getattr(losses, scalar_name)
     aggregation = aggregations[pick % len(aggregations)]
-    settings = _settings(name, dict(eps_high=eps_high, value_clip=value_clip, beta=beta, level=level))
+    settings = _settings(name, dict(eps_high=eps_high, value_clip=value_clip, beta=beta, level=level,
+                                    policy_loss=policy_loss))
     tensors = _inputs(seed, B, T, ragged)
     wanted = set(inspect.signature(per_token_fn).parameters)
     arguments = {k: v for k, v in tensors.items() if k in wanted} | settings

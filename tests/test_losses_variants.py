@@ -526,14 +526,23 @@ def _grpo_batch(seed: int = 0) -> dict[str, torch.Tensor]:
             "num_items_in_batch": mask.sum(), "logp": logp}
 
 
-def trl_grpo_differences(trainer, loss_type: str, level: str, eps_high: float | None, beta: float) -> dict[str, float]:
+ZOO_BATCH_SEED = 1  # a batch with Â < 0 on tokens and sequences far above 1 (test_the_trl_batch_reaches_the_zoos_edges)
+# TRL's loss_type -> the aggregation of ours that weighs tokens the same way (on one process)
+TRL_AGGREGATIONS = {"grpo": "seq-mean", "bnpo": "token-mean", "dapo": "token-mean", "dr_grpo": "constant",
+                    "cispo": "token-mean", "sapo": "seq-mean"}
+
+
+def trl_grpo_differences(trainer, loss_type: str, level: str, eps_high: float | None, beta: float,
+                         delta: float | None = None, eps: float = EPS, seed: int = 0, **zoo) -> dict[str, float]:
     """max |minirlhf - TRL| of the loss, its gradient w.r.t. every per-token log-prob and the three clip
-    fractions, for TRL's loss_type against the aggregation of the same name."""
-    aggregation = {"grpo": "seq-mean", "bnpo": "token-mean", "dapo": "token-mean", "dr_grpo": "constant"}[loss_type]
-    batch = _grpo_batch()
+    fractions, for TRL's loss_type against the aggregation of the same name; ``zoo`` (policy_loss and its
+    parameters) goes to grpo_loss, ``delta`` (the two-sided clip) to TRL."""
+    aggregation = TRL_AGGREGATIONS[loss_type]
+    batch = _grpo_batch(seed)
     mask = batch["completion_mask"]
     trainer.loss_type, trainer.importance_sampling_level, trainer.beta = loss_type, level, beta
-    trainer.epsilon_low, trainer.epsilon_high = EPS, EPS if eps_high is None else eps_high
+    trainer.epsilon_low, trainer.epsilon_high = eps, eps if eps_high is None else eps_high
+    trainer.args.delta = delta
     trainer.max_completion_length = mask.shape[1]
     trl_logp = batch["logp"].clone().requires_grad_(True)
     trainer._get_per_token_logps_and_entropies = lambda *args, **kwargs: (trl_logp, torch.zeros_like(trl_logp), None)
@@ -543,11 +552,16 @@ def trl_grpo_differences(trainer, loss_type: str, level: str, eps_high: float | 
     metrics = {k: v[-1] for k, v in trainer._metrics["train"].items()}
 
     ours_logp = batch["logp"].clone().requires_grad_(True)
+    if loss_type == "cispo":  # TRL's epsilon_high is CISPO's cap ε_max itself
+        eps_high = trainer.epsilon_high - 1
     loss, stats = grpo_loss(ours_logp, batch["old_per_token_logps"], batch["ref_per_token_logps"],
-                            batch["advantages"], mask, EPS, beta, aggregation, eps_high=eps_high,
-                            importance_sampling_level=level)
+                            batch["advantages"], mask, eps, beta, aggregation, eps_high=eps_high,
+                            importance_sampling_level=level, **zoo)
     (grad,) = torch.autograd.grad(loss, ours_logp)
+    trainer.args.delta = None
     differences = {"loss": abs(loss.item() - trl_loss.item()), "gradient": (grad - trl_grad).abs().max().item()}
+    if loss_type in ("cispo", "sapo"):  # TRL logs no clip_ratio for these
+        return differences
     for ours, theirs in (("clip_frac_low", "low_mean"), ("clip_frac_high", "high_mean"), ("clip_frac", "region_mean")):
         differences[ours] = abs(stats[ours] - metrics[f"clip_ratio/{theirs}"])
     if beta > 0:
@@ -565,6 +579,48 @@ def test_grpo_loss_matches_trl(trl_grpo, loss_type, level, eps_high, beta):
     token-mean on one process; Dr. GRPO's B · max_completion_length is "constant" at T = max_completion_length."""
     differences = trl_grpo_differences(trl_grpo, loss_type, level, eps_high, beta)
     assert max(differences.values()) <= TOLERANCE, differences
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("policy_loss, loss_type, options", [
+    # TRL's delta (INTELLECT-2's two-sided clip) is dual-clip with c = δ whenever δ ≥ 1 + ε_high
+    ("dual-clip", "grpo", dict(eps_high=EPS_HIGH, delta=3.0, dual_clip_c=3.0)),
+    ("dual-clip", "dapo", dict(eps_high=None, delta=1.25, dual_clip_c=1.25)),
+    # TRL's cispo caps the weight above only, at epsilon_high = ε_max: ours with ε = 1 (no lower cap)
+    ("cispo", "cispo", dict(eps=1.0, eps_high=5.0)),
+    ("cispo", "cispo", dict(eps=1.0, eps_high=1.28)),
+    # TRL makes τ in float32 (torch.where of two Python floats), which moves its default τ_neg = 1.05 by 4e-8:
+    # temperatures exact in float32 keep this float64 comparison down to rounding
+    ("sapo", "sapo", dict(eps_high=None, tau_pos=1.0, tau_neg=1.25)),
+    ("sapo", "sapo", dict(eps_high=None, tau_pos=2.0, tau_neg=0.5)),
+])
+@pytest.mark.parametrize("beta", [0.0, 0.04])
+def test_ratio_zoo_matches_trl(trl_grpo, policy_loss, loss_type, options, level, beta):
+    """The ratio zoo against TRL 1.16's loss_type cispo and sapo and its delta, at both importance-sampling
+    levels, loss and gradient (and, for dual-clip, the clip fractions) in float64."""
+    options = dict(options)
+    eps_high, delta, eps = options.pop("eps_high"), options.pop("delta", None), options.pop("eps", EPS)
+    if "tau_pos" in options:
+        trl_grpo.args.sapo_temperature_pos, trl_grpo.args.sapo_temperature_neg = options["tau_pos"], options["tau_neg"]
+    try:
+        differences = trl_grpo_differences(trl_grpo, loss_type, level, eps_high, beta, delta=delta, eps=eps,
+                                           seed=ZOO_BATCH_SEED, policy_loss=policy_loss, **options)
+    finally:
+        trl_grpo.args.sapo_temperature_pos, trl_grpo.args.sapo_temperature_neg = 1.0, 1.05
+    assert max(differences.values()) <= TOLERANCE, differences
+
+
+def test_the_trl_batch_reaches_the_zoos_edges():
+    """The batch the zoo rows run on reaches past dual-clip's floor c = 1.25 (Â < 0, r > c, at both levels) and
+    past CISPO's cap 1.28 on both signs of Â, so those rows would catch a floor or a cap left out."""
+    batch = _grpo_batch(ZOO_BATCH_SEED)
+    mask = batch["completion_mask"]
+    ratio = torch.exp(batch["logp"] - batch["old_per_token_logps"])
+    negative = batch["advantages"] < 0
+    assert (mask.bool() & negative[:, None] & (ratio > 1.25)).any()
+    assert (negative & (sequence_ratio(batch["logp"], batch["old_per_token_logps"], mask) > 1.25)).any()
+    for sign in (negative, ~negative):
+        assert (mask.bool() & sign[:, None] & (ratio > 1.28)).any()
 
 
 def test_the_trl_batch_exercises_both_clip_sides(trl_grpo):

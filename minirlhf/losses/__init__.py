@@ -6,6 +6,8 @@ of the course, each in the order of its notebook:
     ppo              03        the clipped surrogate, the policy and value losses, GAE, per-token rewards
     grpo             04a, 04b  group advantages, the GRPO loss; then the changes since R1 (07): DAPO's filters,
                      07        GSPO's sequence ratio, REINFORCE++
+    ratio_objectives           the ratio zoo: the objective f(r, Â) each method puts on r_t(θ) (clip, dual-clip,
+                               CISPO, SAPO, GMPO), selected by grpo_loss(policy_loss=...)
     preference       05a, 05b  Bradley-Terry, DPO and its options (IPO, hinge, RPO), SimPO, ORPO, KTO
     aggregation                the masked reductions every chapter shares (``aggregate``, ``masked_mean``, ...)
     _contract                  the validity rules every loss checks (shapes, masks, inf/NaN, empty batches)
@@ -91,15 +93,32 @@ from minirlhf.losses.preference import (
     pair_accuracy,
     simpo_loss,
 )
+from minirlhf.losses.ratio_objectives import (
+    DUAL_CLIP_C,
+    POLICY_LOSSES,
+    SAPO_TAU_NEG,
+    SAPO_TAU_POS,
+    check_dual_clip_c,
+    cispo_surrogate,
+    dual_clip_surrogate,
+    gmpo_log_ratio,
+    gmpo_ratio,
+    ratio_function_grid,
+    ratio_objective,
+    sapo_surrogate,
+)
 
 __all__ = [
-    "AGGREGATIONS", "CONSTANT_GROUP_STD", "DPO_LOSS_TYPES", "GRPO_SCALES", "IMPORTANCE_SAMPLING_LEVELS",
-    "IPO_NORMALISATIONS", "KL_K3_LINEAR_ABOVE", "KL_K3_LINEAR_ABOVE_FP16", "STD_FLOOR",
-    "aggregate", "bradley_terry_loss", "bradley_terry_per_pair_loss", "check_dpo_options", "check_ema_decay",
-    "check_gae", "check_group_size", "check_label_smoothing", "clipped_surrogate", "dpo_loss", "ema_baseline",
-    "explained_variance", "gae", "grpo_advantages", "grpo_loss", "grpo_per_token_loss", "informative_groups",
+    "AGGREGATIONS", "CONSTANT_GROUP_STD", "DPO_LOSS_TYPES", "DUAL_CLIP_C", "GRPO_SCALES",
+    "IMPORTANCE_SAMPLING_LEVELS", "IPO_NORMALISATIONS", "KL_K3_LINEAR_ABOVE", "KL_K3_LINEAR_ABOVE_FP16",
+    "POLICY_LOSSES", "SAPO_TAU_NEG", "SAPO_TAU_POS", "STD_FLOOR",
+    "aggregate", "bradley_terry_loss", "bradley_terry_per_pair_loss", "check_dpo_options", "check_dual_clip_c",
+    "check_ema_decay", "check_gae", "check_group_size", "check_label_smoothing", "cispo_surrogate",
+    "clipped_surrogate", "dpo_loss", "dual_clip_surrogate", "ema_baseline", "explained_variance", "gae",
+    "gmpo_log_ratio", "gmpo_ratio", "grpo_advantages", "grpo_loss", "grpo_per_token_loss", "informative_groups",
     "kl_k1", "kl_k2", "kl_k3", "kl_shaped_rewards", "kto_loss", "mask_truncated", "masked_mean", "masked_sum",
     "masked_whiten", "orpo_loss", "pair_accuracy", "ppo_clip_loss", "ppo_clip_per_token_loss",
-    "reinforce_loss", "reinforce_per_token_loss", "reinforce_plus_plus_advantages", "rloo_advantages",
-    "sequence_ratio", "simpo_loss", "token_rewards", "value_loss", "value_per_token_loss",
+    "ratio_function_grid", "ratio_objective", "reinforce_loss", "reinforce_per_token_loss",
+    "reinforce_plus_plus_advantages", "rloo_advantages", "sapo_surrogate", "sequence_ratio", "simpo_loss",
+    "token_rewards", "value_loss", "value_per_token_loss",
 ]

@@ -9,6 +9,8 @@ Then what the field changed after DeepSeek-R1, in the order of notebooks 07a and
   Dr. GRPO (Liu et al., 2025)   grpo_advantages(scale="none") (no division by the std) + aggregation="constant"
                                 (divide by B · T_max: TRL loss_type="dr_grpo" with T_max = max_completion_length)
   GSPO (Zheng et al., 2025)     grpo_loss(importance_sampling_level="sequence") with `sequence_ratio`
+  the ratio zoo                 grpo_loss(policy_loss="dual-clip" | "cispo" | "sapo" | "gmpo"): the objective
+                                f(r, Â) on the ratio, minirlhf.losses.ratio_objectives
   REINFORCE++ (Hu, 2025)        `reinforce_plus_plus_advantages` (and its baseline variant, group_size=G)
   RPO (Pang et al., 2024)       dpo_loss(rpo_alpha=α) in minirlhf.losses.preference: DPO + α · NLL of y_w
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+import minirlhf.losses.ratio_objectives as zoo  # its constants through their module, which alone defines them
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
 from minirlhf.losses._contract import (
     _check_finite_result,
@@ -30,7 +33,8 @@ from minirlhf.losses._contract import (
 )
 from minirlhf.losses.aggregation import aggregate, masked_mean, masked_whiten
 from minirlhf.losses.kl import kl_k1, kl_k3
-from minirlhf.losses.ppo import _clip_fractions, clipped_surrogate, gae, token_rewards
+from minirlhf.losses.ppo import gae, token_rewards
+from minirlhf.losses.ratio_objectives import _clip_fractions_of, gmpo_ratio, ratio_objective
 
 GRPO_SCALES = ("group", "batch", "none")
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
@@ -88,6 +92,10 @@ def grpo_per_token_loss(
     *,
     eps_high: float | None = None,
     importance_sampling_level: str = "token",
+    policy_loss: str = "clip",
+    dual_clip_c: float = zoo.DUAL_CLIP_C,
+    tau_pos: float = zoo.SAPO_TAU_POS,
+    tau_neg: float = zoo.SAPO_TAU_NEG,
 ) -> Tensor:
     """The GRPO loss of each token, (B, T), 0 on padding: PPO's clipped objective with one advantage per sequence
     and a k3 KL penalty, negated.
@@ -98,9 +106,16 @@ def grpo_per_token_loss(
     ``eps_high`` = None means ε_high = ε (GRPO); DAPO's clip-higher sets it larger (see ``clipped_surrogate``).
     ``importance_sampling_level`` = "sequence" (GSPO) puts the sequence ratio s_i of ``sequence_ratio`` in
     place of every r_i,t of sequence i, clipped once per sequence; the k3 term stays per token.
+    ``policy_loss`` puts another f(r, Â) of the ratio zoo (minirlhf.losses.ratio_objectives) in place of the
+    clip: "dual-clip" (with c = ``dual_clip_c``), "cispo", "sapo" (τ_pos, τ_neg), at either level, or "gmpo",
+    whose J_i = ŝ_i Â_i (``gmpo_ratio``, ε and ε_high in log space) is its own sequence ratio, token level only.
     ``advantages`` is (B,). With β = 0 the KL term is skipped and ``ref_logp`` may be None.
     """
     check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+    check_choice("policy_loss", policy_loss, zoo.POLICY_LOSSES)
+    if policy_loss == "gmpo" and importance_sampling_level != "token":
+        raise ValueError("policy_loss='gmpo' is sequence-level by construction (a geometric mean of the clipped "
+                         "token ratios): give importance_sampling_level='token'")
     check_non_negative("beta", beta)
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
@@ -111,12 +126,17 @@ def grpo_per_token_loss(
     advantages = _per_token_advantages(advantages, mask)  # (B,) -> (B, T)
     _check_real_tokens(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     logp, old_logp, ref_logp, advantages = _zero_padding(mask, logp, old_logp, ref_logp, advantages)
-    if importance_sampling_level == "token":
+    shape = dict(dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg)  # the parameters of f
+    if policy_loss == "gmpo":
+        ratio = gmpo_ratio(logp, old_logp, row_advantages, mask, eps, eps_high)  # (B,) ŝ_i(θ)
+        (objective,) = _zero_padding(mask, (ratio * row_advantages)[:, None].expand_as(mask))  # (B, T) J_i
+    elif importance_sampling_level == "token":
         ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
-        objective = clipped_surrogate(ratio, advantages, eps, eps_high)  # (B, T)
+        objective = ratio_objective(policy_loss, ratio, logp, advantages, eps, eps_high, **shape)  # (B, T)
     else:
-        ratio = sequence_ratio(logp, old_logp, mask)  # (B,) s_i(θ)
-        objective = clipped_surrogate(ratio, row_advantages, eps, eps_high)[:, None].expand_as(mask)  # (B, T)
+        ratio = sequence_ratio(logp, old_logp, mask)[:, None]  # (B, 1) s_i(θ)
+        objective = ratio_objective(policy_loss, ratio, logp, row_advantages[:, None], eps, eps_high, **shape)
+        (objective,) = _zero_padding(mask, objective.expand_as(mask))  # (B, T)
     if beta > 0:
         objective = objective - beta * kl_k3(logp, ref_logp)  # k3_t
     return -objective
@@ -134,14 +154,19 @@ def grpo_loss(
     *,
     eps_high: float | None = None,
     importance_sampling_level: str = "token",
+    policy_loss: str = "clip",
+    dual_clip_c: float = zoo.DUAL_CLIP_C,
+    tau_pos: float = zoo.SAPO_TAU_POS,
+    tau_neg: float = zoo.SAPO_TAU_NEG,
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO loss: PPO's clipped objective with one advantage per sequence and a k3 KL penalty.
 
         J_t = min( r_t Â_i, clip(r_t, 1 - ε, 1 + ε_high) Â_i ) - β · k3_t,
         k3_t = p_ref/p_θ - log(p_ref/p_θ) - 1,     L = -aggregate(J) = aggregate(grpo_per_token_loss)
 
-    ``eps_high``, ``importance_sampling_level`` (GSPO) and β = 0 as in ``grpo_per_token_loss``.
-    ``advantages`` is (B,). ``aggregation`` (see ``aggregate``) decides how tokens are weighted:
+    ``eps_high``, ``importance_sampling_level`` (GSPO), ``policy_loss`` (the ratio zoo) and β = 0 as in
+    ``grpo_per_token_loss``. ``advantages`` is (B,). ``aggregation`` (see ``aggregate``) decides how tokens
+    are weighted:
     * "seq-mean" (GRPO paper): each sequence counts once, so a token of a length-|y| answer
       gets weight 1/|y|. A short correct answer gets a strong per-token push up, while a long
       wrong answer spreads its penalty thin: wrong answers are nudged to grow longer.
@@ -149,11 +174,13 @@ def grpo_loss(
       length bias, though the weight still depends on the total tokens in the batch.
     * "constant" (Dr. GRPO): divide by the fixed B · T_max, removing the length dependence.
     stats: ``clip_frac`` and its two sides ``clip_frac_low``, ``clip_frac_high`` (see ``ppo_clip_loss``; over
-    real tokens, or over the B sequences at the sequence level, as TRL counts them), ``ratio_mean`` and, when
+    real tokens, or over the B sequences at the sequence level, as TRL counts them; for the other policy losses
+    see ``_clip_fractions_of``: dual-clip adds ``clip_frac_dual``), ``ratio_mean`` (of r_t or s_i) and, when
     ``ref_logp`` is given, ``kl`` (mean k3 over real tokens).
     """
     per_token = grpo_per_token_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta, eps_high=eps_high,
-                                    importance_sampling_level=importance_sampling_level)  # (B, T)
+                                    importance_sampling_level=importance_sampling_level, policy_loss=policy_loss,
+                                    dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg)  # (B, T)
     loss = aggregate(per_token, mask, aggregation)
     _check_finite_result("grpo_loss", loss, mask, log_ratio=logp - old_logp)
     with torch.no_grad():  # the logs: the ratios and the KL again, from the inputs checked above
@@ -161,13 +188,14 @@ def grpo_loss(
         if importance_sampling_level == "token":
             ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
             (token_advantages,) = _zero_padding(mask, _per_token_advantages(advantages, mask))
-            stats = {**_clip_fractions(ratio, token_advantages, eps, eps_high, mask),
+            stats = {**_clip_fractions_of(policy_loss, ratio, token_advantages, eps, eps_high, dual_clip_c, mask),
                      "ratio_mean": masked_mean(ratio, mask).item()}
         else:  # one entry per sequence, every sequence counted (TRL's clip_ratio at the sequence level)
             ratio = sequence_ratio(logp, old_logp, mask)  # (B,) s_i(θ)
             (row_advantages,) = _zero_padding(mask.bool().any(-1), advantages)
             every = torch.ones_like(ratio)
-            stats = {**_clip_fractions(ratio, row_advantages, eps, eps_high, every), "ratio_mean": ratio.mean().item()}
+            stats = {**_clip_fractions_of(policy_loss, ratio, row_advantages, eps, eps_high, dual_clip_c, every),
+                     "ratio_mean": ratio.mean().item()}
         if ref_logp is not None:
             stats["kl"] = masked_mean(kl_k3(logp, ref_logp), mask).item()
     return loss, stats

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -20,6 +21,7 @@ from minirlhf.checks import check_choice
 from minirlhf.data import SFTData
 from minirlhf.sampling import sample
 from minirlhf.tasks import Task
+from minirlhf.tasks.pass_at_k import check_ks, count_correct, mean_pass_at_k
 
 MAX_OPERAND = 100  # operands are drawn from range(MAX_OPERAND)
 TEST_FRACTION = 0.1  # share of all 10 000 problems held out for evaluation
@@ -119,6 +121,19 @@ def accuracy(model, tokenizer, held_out: list[Problem] | None = None, batch_size
     correct = correct_answers(model, tokenizer, held_out, batch_size)
     return sum(correct) / len(correct)
 
+
+
+def held_out_pass_at_k(
+    model, tokenizer, n: int = 16, ks: Sequence[int] = (1, 4, 16), held_out: list[Problem] | None = None,
+    seed: int = 0,
+) -> dict[str, float]:
+    """pass@k on held-out problems (all ~1000 test problems by default): n answers sampled per problem at
+    temperature 1, {"pass@k": value} for each k of ``ks`` (``minirlhf.tasks.pass_at_k``)."""
+    check_ks(ks, n)
+    held_out = held_out if held_out is not None else problems("test")
+    counts = count_correct(model, tokenizer, [p.prompt for p in held_out], correctness_reward, n,
+                           max_new_tokens=MAX_NEW_TOKENS, seed=seed)
+    return mean_pass_at_k(counts, n, ks)
 
 
 def task() -> Task:

@@ -37,6 +37,7 @@ import torch
 from minirlhf.data import SFTData
 from minirlhf.sampling import sample
 from minirlhf.tasks import Task
+from minirlhf.tasks.pass_at_k import check_ks, count_correct, mean_pass_at_k
 
 KINDS = ("easy", "medium", "hard")
 OPERATOR = {"easy": "+", "medium": "+", "hard": "*"}
@@ -187,6 +188,25 @@ def lab_metrics(model, tokenizer, config: LabConfig, per_kind: int = 100, seed: 
         lengths += rollout.response_lengths.tolist()
         truncated += (~rollout.ended_with_eos).tolist()
     return metrics | {"response_length": sum(lengths) / len(lengths), "truncated": sum(truncated) / len(truncated)}
+
+
+def held_out_pass_at_k(
+    model, tokenizer, config: LabConfig | None = None, n: int = 16, ks: Sequence[int] = (1, 4, 16),
+    per_kind: int = 50, seed: int = 0,
+) -> dict[str, float]:
+    """pass@k on held-out problems, `per_kind` of each kind with the config's tolerance: n answers sampled per
+    problem at temperature 1, "pass@k/<kind>" for each k of ``ks`` and kind (``minirlhf.tasks.pass_at_k``)."""
+    config = config or LabConfig()
+    check_ks(ks, n)
+    rng = random.Random(seed)
+    metrics = {}
+    for kind in KINDS:
+        pool = problems(kind, "test")
+        prompts = [dataclasses.replace(rng.choice(pool), tolerance=config.tolerance).prompt for _ in range(per_kind)]
+        counts = count_correct(model, tokenizer, prompts, lab_reward(config.filler), n,
+                               max_new_tokens=config.max_new_tokens, seed=seed)
+        metrics |= {f"{name}/{kind}": value for name, value in mean_pass_at_k(counts, n, ks).items()}
+    return metrics
 
 
 def task(config: LabConfig | None = None, **knobs) -> Task:

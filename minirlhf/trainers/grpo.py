@@ -8,9 +8,11 @@ For each prompt x, sample a group {y_1..y_G} ~ p_θold(·|x), score R_i = R(x, y
 then take `epochs` passes of minibatch gradient steps on L = -J. What came after DeepSeek-R1 is a field away:
 clip(r_t, 1-ε, 1+ε_high) (`eps_high`, DAPO), the sequence ratio s_i (`importance_sampling_level`, GSPO), dynamic
 sampling and overlong filtering (DAPO), Dr. GRPO's scale="none" + aggregation="constant"; `RECIPES` sets each
-paper's fields together. With the default β = 0 (no KL leash, as in DAPO / Dr. GRPO) the loss needs only p_θ;
-a frozen p_ref is still kept to measure eval/kl_ref at evaluation (`eval_kl`, false = only p_θ in memory). With
-β > 0 (the GRPO paper's 0.04) p_ref is in the loss (plus the reward model when the reward is a learned one).
+paper's fields together; `policy_loss` puts another objective f(r, Â) of the ratio zoo in place of the clip
+(dual-clip, CISPO, SAPO, GMPO: minirlhf.losses.ratio_objectives). With the default β = 0 (no KL leash, as in DAPO
+/ Dr. GRPO) the loss needs only p_θ; a frozen p_ref is still kept to measure eval/kl_ref at evaluation (`eval_kl`,
+false = only p_θ in memory). With β > 0 (the GRPO paper's 0.04) p_ref is in the loss (plus the reward model when
+the reward is a learned one).
 """
 
 from __future__ import annotations
@@ -23,8 +25,13 @@ from minirlhf.diagnostics import zero_std_groups
 from minirlhf.distributed import launched_processes
 from minirlhf.losses import (
     AGGREGATIONS,
+    DUAL_CLIP_C,
     GRPO_SCALES,
     IMPORTANCE_SAMPLING_LEVELS,
+    POLICY_LOSSES,
+    SAPO_TAU_NEG,
+    SAPO_TAU_POS,
+    check_dual_clip_c,
     check_group_size,
     grpo_advantages,
     grpo_loss,
@@ -76,6 +83,13 @@ class GRPOConfig(OnlineConfig):
     eps_high: float | None = None  # ε_high: the upper side 1 + ε_high (DAPO's clip-higher: 0.28); None = ε
     # "token": one ratio r_t per token (GRPO); "sequence": s_i = exp(mean_t log r_t), clipped per answer (GSPO)
     importance_sampling_level: str = choice("token", IMPORTANCE_SAMPLING_LEVELS)
+    # the objective f(r, Â) put on the ratio (losses.ratio_objectives): "clip" (PPO, GRPO), "dual-clip" (clip, and a
+    # floor c·Â for Â < 0), "cispo" (a capped weight on every token's gradient), "sapo" (a soft gate in place of the
+    # clip), "gmpo" (the geometric mean of the clipped token ratios, ε and ε_high in log space; token level only)
+    policy_loss: str = choice("clip", POLICY_LOSSES)
+    dual_clip_c: float = DUAL_CLIP_C  # c of dual-clip: for Â < 0 the objective never goes below c·Â (c > 1)
+    sapo_tau_pos: float = SAPO_TAU_POS  # τ_pos of sapo, for Â > 0: the larger, the faster a weight fades as r leaves 1
+    sapo_tau_neg: float = SAPO_TAU_NEG  # τ_neg of sapo, for Â ≤ 0
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
     # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO:
     # scale none + aggregation constant, the dr-grpo recipe)
@@ -107,6 +121,17 @@ class GRPOConfig(OnlineConfig):
         if self.eps_high is not None:
             require_positive(self, "eps_high")
         require(self, check_group_size, "group_size")
+        require(self, check_dual_clip_c, "dual_clip_c")
+        require_positive(self, "sapo_tau_pos", "sapo_tau_neg")
+        if self.policy_loss == "gmpo" and self.importance_sampling_level != "token":
+            raise ValueError("GRPOConfig.policy_loss='gmpo' is a sequence ratio of its own (the geometric mean of "
+                             "the clipped token ratios): give importance_sampling_level='token'")
+        unused = {"dual_clip_c": (DUAL_CLIP_C, "dual-clip"), "sapo_tau_pos": (SAPO_TAU_POS, "sapo"),
+                  "sapo_tau_neg": (SAPO_TAU_NEG, "sapo")}
+        for name, (default, loss) in unused.items():
+            if getattr(self, name) != default and self.policy_loss != loss:
+                raise ValueError(f"GRPOConfig.{name}={getattr(self, name)!r} is a setting of policy_loss={loss!r}, "
+                                 f"not of {self.policy_loss!r}: give policy_loss={loss!r} too, or drop it")
         if self.max_sampling_rounds != 4 and not self.dynamic_sampling:
             raise ValueError(f"GRPOConfig.max_sampling_rounds={self.max_sampling_rounds!r} caps dynamic sampling, "
                              "which is off: give dynamic_sampling=true too, or drop it")
@@ -155,11 +180,12 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                 loss, stats = grpo_loss(
                     logp, exp.old_logp[rows], ref_logp, advantages[rows], mask[rows],
                     eps=config.eps, beta=config.beta, aggregation=config.aggregation, eps_high=config.eps_high,
-                    importance_sampling_level=config.importance_sampling_level,
+                    importance_sampling_level=config.importance_sampling_level, policy_loss=config.policy_loss,
+                    dual_clip_c=config.dual_clip_c, tau_pos=config.sapo_tau_pos, tau_neg=config.sapo_tau_neg,
                 )
                 loss, grad_norm = run.update(loss, over=mask[rows], aggregation=config.aggregation)
-                run.add(loss=loss, clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
-                        clip_frac_high=stats["clip_frac_high"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
+                clipped = {name: value for name, value in stats.items() if name.startswith("clip_frac")}
+                run.add(loss=loss, **clipped, kl=stats.get("kl", 0.0), grad_norm=grad_norm,
                         entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         run.model.eval()
         run.log(step, metrics)
