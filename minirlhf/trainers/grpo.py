@@ -159,7 +159,8 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                 )
                 loss, grad_norm = run.update(loss, over=mask[rows], aggregation=config.aggregation)
                 run.add(loss=loss, clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
-                        clip_frac_high=stats["clip_frac_high"], kl=stats.get("kl", 0.0), grad_norm=grad_norm,
+                        clip_frac_high=stats["clip_frac_high"], ratio_max=stats["ratio_max"],
+                        kl=stats.get("kl", 0.0), grad_norm=grad_norm,
                         entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         run.model.eval()
         run.log(step, metrics)
