@@ -13,11 +13,13 @@ knob is involved), and on the lab model PPO learned nothing in either arm within
 
 from __future__ import annotations
 
+import dataclasses
+
 from minirlhf.lab.effect import RUN, Effect, differences
 from minirlhf.lab.observe import BatchRatios, column, smooth, tail_mean
 
 CLIPPED, UNCLIPPED = "eps=0.2", "eps=inf"
-MARGIN = 0.05  # the accuracy gap the criterion asks for: over twice the standard error of a difference on ~1000
+MARGIN = 0.05  # the accuracy gap asked for: over twice the standard error of a difference on ~1000 problems
 
 
 def settings(quick: bool) -> dict:
@@ -32,8 +34,6 @@ def run_seed(seed: int, settings: dict) -> dict:
     """Both arms from the same start on one seed: per step the training reward, approx_kl and ratio_max (the
     trainer's means over the step's updates), and the batch's largest ratio and KL after all its updates; at the end
     the held-out greedy accuracy."""
-    import dataclasses
-
     from minirlhf.models import load_model
     from minirlhf.tasks import arithmetic
     from minirlhf.trainers.ppo import PPOConfig, train_ppo
