@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds")
     parser.add_argument("--quick", action="store_true", help="smoke test: every effect, a few steps, seed 0 only")
     parser.add_argument("--out", default="benchmarks/results", help="folder for phenomena.json and the figures")
-    parser.add_argument("--model", default=MODEL, help="the policy every run starts from")
+    parser.add_argument("--model", default=MODEL, help="the policy the lab-task runs start from (an effect on another "
+                        "task names its own)")
     parser.add_argument("--jobs", type=int, default=1, help="(effect, seed) runs side by side, one process each")
     args = parser.parse_args(argv)
     effects = [e.strip() for e in args.effects.split(",") if e.strip()]

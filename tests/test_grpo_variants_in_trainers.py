@@ -20,14 +20,15 @@ def test_grpo_logs_both_clip_sides_at_token_and_sequence_level():
     for level in ("token", "sequence"):
         config = GRPOConfig(eps_high=0.28, importance_sampling_level=level, epochs=2, **TINY)
         history = train_grpo(None, config)[2]
-        assert {"clip_frac", "clip_frac_low", "clip_frac_high"} <= history[-1].keys()
+        assert {"clip_frac", "clip_frac_low", "clip_frac_high", "ratio_max"} <= history[-1].keys()
         row = history[-1]
+        assert row["ratio_max"] > 0
         assert row["clip_frac_low"] + row["clip_frac_high"] == pytest.approx(row["clip_frac"])
 
 
 def test_ppo_takes_eps_high_and_logs_both_clip_sides():
     history = train_ppo(None, PPOConfig(eps_high=0.28, epochs=2, minibatch_size=None, **TINY))[2]
-    assert {"clip_frac_low", "clip_frac_high"} <= history[-1].keys()
+    assert {"clip_frac_low", "clip_frac_high", "ratio_max"} <= history[-1].keys()
 
 
 @pytest.mark.parametrize("config_cls, field, value", [

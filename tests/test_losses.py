@@ -87,6 +87,18 @@ def test_ppo_clip_frac_over_both_tables():
     # approx_kl is the k3 estimate of KL(p_θold || p_θ): mean of (r - 1) - log r
     expected_kl = ((ratio - 1) - ratio.log()).mean().item()
     assert stats["approx_kl"] == pytest.approx(expected_kl)
+    assert stats["ratio_max"] == pytest.approx(1.5)
+
+
+def test_ratio_max_reads_only_real_tokens():
+    """Padding has r = 1 after zeroing; with every real ratio below 1 the largest must still be a real one."""
+    logp = torch.tensor([[-0.5, -0.1, 3.0], [-0.2, 5.0, 5.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    adv = torch.ones(2, dtype=torch.float64)
+    _, stats = ppo_clip_loss(logp, torch.zeros_like(logp), adv, mask, EPS)
+    assert stats["ratio_max"] == pytest.approx(math.exp(-0.1))
+    _, stats = grpo_loss(logp, torch.zeros_like(logp), None, adv, mask, EPS, beta=0.0)
+    assert stats["ratio_max"] == pytest.approx(math.exp(-0.1))
 
 
 def test_ppo_without_clipping_is_policy_gradient_with_baseline():
@@ -215,7 +227,8 @@ def test_grpo_loss_matches_formula_and_beta_zero_needs_no_reference():
     per_token = clipped_surrogate(ratio, adv[:, None], EPS) - 0.1 * kl_k3(logp, ref_logp)
     torch.testing.assert_close(loss, -masked_mean(per_token, mask, dim=-1).mean())
     assert stats["kl"] == pytest.approx(masked_mean(kl_k3(logp, ref_logp), mask).item())
-    assert set(stats) == {"clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "kl"}
+    assert set(stats) == {"clip_frac", "clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_max", "kl"}
+    assert stats["ratio_max"] == pytest.approx(ratio[mask.bool()].max().item())
 
     no_ref, stats = grpo_loss(logp, old_logp, None, adv, mask, EPS, beta=0.0)
     with_ref, _ = grpo_loss(logp, old_logp, ref_logp, adv, mask, EPS, beta=0.0)

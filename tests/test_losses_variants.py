@@ -165,6 +165,7 @@ def test_gspo_loss_by_hand_and_its_gradient():
     torch.testing.assert_close(grad, expected_grad)
     assert stats["clip_frac_high"] == pytest.approx(1 / 3) and stats["clip_frac_low"] == 0.0
     assert stats["ratio_mean"] == pytest.approx(s.mean().item())
+    assert stats["ratio_max"] == pytest.approx(s.max().item())
 
 
 def test_gspo_equals_grpo_when_every_token_has_the_same_ratio():

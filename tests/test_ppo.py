@@ -94,6 +94,7 @@ def test_first_ratio_is_exactly_one(temperature):
     assert first["approx_kl"] < 1e-6
     assert first["clip_frac"] == 0.0
     assert first["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert first["ratio_max"] == pytest.approx(1.0, abs=1e-5)
     assert first["kl"] < 1e-5  # p_θ = p_ref too
     for key in ("loss", "policy_loss", "value_loss", "entropy", "grad_norm", "value_mean", "explained_variance",
                 "reward", "kl_ref", "eval/accuracy"):

@@ -7,6 +7,7 @@ the criterion holds on all of them (and on what the effect checks across seeds).
     (a) length_bias    under GRPO's per-answer mean (seq-mean), wrong answers grow longer      -> notebook 07a
     (b) entropy_clip   with random rewards, the symmetric clip lowers entropy; clip-higher less  -> notebook 07b
     (g) no_clip        PPO without clipping, a batch reused many times, ends below ε = 0.2       -> notebook 03b
+                       (on arithmetic from tiny-sft: its settings name their own model and task)
 
     from minirlhf.lab import EFFECTS, run_effect
     report = run_effect("a", seeds=[0, 1, 2], quick=True)     # what benchmarks/phenomena.py runs, per effect

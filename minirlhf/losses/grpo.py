@@ -33,7 +33,7 @@ from minirlhf.losses._contract import (
 )
 from minirlhf.losses.aggregation import aggregate, masked_mean, masked_whiten
 from minirlhf.losses.kl import kl_k1, kl_k3
-from minirlhf.losses.ppo import gae, token_rewards
+from minirlhf.losses.ppo import _ratio_max, gae, token_rewards
 from minirlhf.losses.ratio_objectives import _clip_fractions_of, gmpo_ratio, ratio_objective
 
 GRPO_SCALES = ("group", "batch", "none")
@@ -175,8 +175,8 @@ def grpo_loss(
     * "constant" (Dr. GRPO): divide by the fixed B · T_max, removing the length dependence.
     stats: ``clip_frac`` and its two sides ``clip_frac_low``, ``clip_frac_high`` (see ``ppo_clip_loss``; over
     real tokens, or over the B sequences at the sequence level, as TRL counts them; for the other policy losses
-    see ``_clip_fractions_of``: dual-clip adds ``clip_frac_dual``), ``ratio_mean`` (of r_t or s_i) and, when
-    ``ref_logp`` is given, ``kl`` (mean k3 over real tokens).
+    see ``_clip_fractions_of``: dual-clip adds ``clip_frac_dual``), ``ratio_mean`` and ``ratio_max`` (of r_t or
+    s_i, the largest there) and, when ``ref_logp`` is given, ``kl`` (mean k3 over real tokens).
     """
     per_token = grpo_per_token_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta, eps_high=eps_high,
                                     importance_sampling_level=importance_sampling_level, policy_loss=policy_loss,
@@ -189,13 +189,13 @@ def grpo_loss(
             ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
             (token_advantages,) = _zero_padding(mask, _per_token_advantages(advantages, mask))
             stats = {**_clip_fractions_of(policy_loss, ratio, token_advantages, eps, eps_high, dual_clip_c, mask),
-                     "ratio_mean": masked_mean(ratio, mask).item()}
+                     "ratio_mean": masked_mean(ratio, mask).item(), "ratio_max": _ratio_max(ratio, mask)}
         else:  # one entry per sequence, every sequence counted (TRL's clip_ratio at the sequence level)
             ratio = sequence_ratio(logp, old_logp, mask)  # (B,) s_i(θ)
             (row_advantages,) = _zero_padding(mask.bool().any(-1), advantages)
             every = torch.ones_like(ratio)
             stats = {**_clip_fractions_of(policy_loss, ratio, row_advantages, eps, eps_high, dual_clip_c, every),
-                     "ratio_mean": ratio.mean().item()}
+                     "ratio_mean": ratio.mean().item(), "ratio_max": _ratio_max(ratio, every)}
         if ref_logp is not None:
             stats["kl"] = masked_mean(kl_k3(logp, ref_logp), mask).item()
     return loss, stats

@@ -52,6 +52,11 @@ def _clip_fractions(
     }
 
 
+def _ratio_max(ratio: Tensor, mask: Tensor) -> float:
+    """The largest r_t(θ) over the real entries: how far the most-moved token has gone (0 when there are none)."""
+    return torch.where(mask.bool(), ratio, torch.zeros_like(ratio)).max().item() if ratio.numel() else 0.0
+
+
 def ppo_clip_per_token_loss(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float, eps_high: float | None = None
 ) -> Tensor:
@@ -83,7 +88,8 @@ def ppo_clip_loss(
     by ``aggregate(..., "token-mean")``. stats: ``clip_frac`` (fraction of real
     tokens whose gradient is zeroed by the clip) split into ``clip_frac_low`` (Â < 0, r < 1 - ε) and
     ``clip_frac_high`` (Â > 0, r > 1 + ε_high), ``approx_kl`` (k3 estimate of KL(p_θold || p_θ),
-    samples came from p_θold), ``ratio_mean``.
+    samples came from p_θold), ``ratio_mean`` and ``ratio_max`` (the largest r_t(θ) over the real tokens: the
+    clip stops a token's gradient, not its ratio, so this can pass 1 + ε by far).
     """
     loss = aggregate(ppo_clip_per_token_loss(logp, old_logp, advantages, mask, eps, eps_high), mask, "token-mean")
     _check_finite_result("ppo_clip_loss", loss, mask, log_ratio=logp - old_logp)
@@ -95,6 +101,7 @@ def ppo_clip_loss(
             **_clip_fractions(ratio, advantages, eps, eps_high, mask),
             "approx_kl": masked_mean(kl_k3(old_logp, logp), mask).item(),
             "ratio_mean": masked_mean(ratio, mask).item(),
+            "ratio_max": _ratio_max(ratio, mask),
         }
     return loss, stats
 

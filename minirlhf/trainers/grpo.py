@@ -185,8 +185,8 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                 )
                 loss, grad_norm = run.update(loss, over=mask[rows], aggregation=config.aggregation)
                 clipped = {name: value for name, value in stats.items() if name.startswith("clip_frac")}
-                run.add(loss=loss, **clipped, kl=stats.get("kl", 0.0), grad_norm=grad_norm,
-                        entropy=masked_mean(entropy.detach(), exp.mask[rows]))
+                run.add(loss=loss, **clipped, ratio_max=stats["ratio_max"], kl=stats.get("kl", 0.0),
+                        grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
         run.model.eval()
         run.log(step, metrics)
 

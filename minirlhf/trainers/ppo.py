@@ -161,6 +161,7 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
                 run.add(loss=loss, policy_loss=policy_loss, value_loss=v_loss, grad_norm=grad_norm,
                         clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
                         clip_frac_high=stats["clip_frac_high"], ratio_mean=stats["ratio_mean"],
+                        ratio_max=stats["ratio_max"],  # the most-moved token of the minibatch
                         approx_kl=stats["approx_kl"],  # KL(p_θold || p_θ): how far this batch moved p_θ
                         entropy=masked_mean(entropy.detach(), m))
                 if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it
