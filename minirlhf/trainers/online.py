@@ -56,7 +56,7 @@ class OnlineConfig(TrainConfig):
     # KL_target: adapt β after every step so that the batches' KL(p_θ || p_ref) (kl_ref) tends to this many nats
     # per answer (Ziegler et al., 2019: schedule.adaptive_kl_beta; β starts at beta, logged as beta); None = fixed β
     kl_target: float | None = None
-    kl_horizon: float = 10000.0  # the adaptive controller's horizon in samples: K_β = batch / horizon (TRL's default)
+    kl_horizon: float = 10000.0  # the adaptive controller's horizon in samples, K_β = batch / horizon (TRL: 10000)
     # completions per optimizer step; None = the whole batch. gradient_accumulation_steps cuts each minibatch
     # into that many micro-batches (the memory of one forward), still one optimizer step per minibatch
     minibatch_size: int | None = None

@@ -251,7 +251,7 @@ class Run:
         return [piece for piece in pieces if len(piece)]
 
     def backward(self, loss: torch.Tensor, over: torch.Tensor | int, aggregation: str = "token-mean",
-                 of: torch.Tensor | int | None = None) -> torch.Tensor:
+                 of: torch.Tensor | int | None = None) -> None:
         """Backward of one micro-batch's loss, its gradients added to those of the step's earlier micro-batches.
 
         `over` is what the loss aggregates on this process: the (b, T) mask of its tokens (how they count:
@@ -260,11 +260,10 @@ class Run:
         weighted by its share of the step's global batch (`Runtime.share`): its count over the whole batch's, over
         every process. So the summed gradients of the k micro-batches, averaged over the processes by DDP, are the
         gradient of the one loss over the global batch; on one process without accumulation the weight is 1.
-        Returns the weighted loss."""
+        `step` returns the sum of the weighted losses: the loss of the whole batch."""
         loss = loss * self.runtime.share(over, aggregation, of)
         self.runtime.backward(loss)
         self._step_loss = self._step_loss + loss.detach()
-        return loss
 
     def step(self) -> tuple[torch.Tensor | float, torch.Tensor]:
         """One optimizer step on the gradients `backward` summed: unscale -> clip -> step (`optimizer_step`).

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from minirlhf.trainers.run.guard import finite_row
-from minirlhf.trainers.run.manifest import record_files
+from minirlhf.trainers.run.manifest import TENSORBOARD_FOLDER, record_files
 
 
 class History(list):
@@ -67,9 +67,6 @@ def plain(value: Any) -> Any:
     return value
 
 
-TENSORBOARD_FOLDER = "tensorboard"  # <out_dir>/tensorboard: the event files of report_to="tensorboard"
-
-
 class TensorBoardWriter:
     """A `History` callback that writes each new row's numbers as TensorBoard scalars (tag = the metric's name, e.g.
     loss, eval/accuracy; x = the row's step) into `folder`: `tensorboard --logdir <out_dir>` draws them. A resumed
@@ -98,5 +95,6 @@ def make_history(
     record_files(config.out_dir, "metrics.jsonl")
     if config.report_to == "tensorboard":
         record_files(config.out_dir, TENSORBOARD_FOLDER)
-        callbacks = [*callbacks, TensorBoardWriter(Path(config.out_dir) / TENSORBOARD_FOLDER, start)]
+        # first, as metrics.jsonl: a row is on disk before a callback (a live plot) can fail
+        callbacks = [TensorBoardWriter(Path(config.out_dir) / TENSORBOARD_FOLDER, start), *callbacks]
     return History(path, callbacks, rows)
