@@ -101,3 +101,19 @@ def test_accumulated_micro_batches_make_the_large_batch_update(name, sgd):
     assert max((one[n] - start[n]).abs().max().item() for n in start) > 1e-5  # the update did move the weights
     apart = max((many[n] - one[n]).abs().max().item() for n in one)
     assert apart < 1e-6, f"{name}: the accumulated update differs from the large batch's by {apart:.2e}"
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda: SFTConfig(batch_size=6, gradient_accumulation_steps=4),
+     r"SFTConfig\.gradient_accumulation_steps \(4\) must divide batch_size \(6\)"),
+    (lambda: GRPOConfig(prompts_per_step=3, group_size=2, gradient_accumulation_steps=4),
+     r"GRPOConfig\.gradient_accumulation_steps \(4\) must divide prompts_per_step x group_size \(6\)"),
+    (lambda: PPOConfig(minibatch_size=16, gradient_accumulation_steps=3),
+     r"PPOConfig\.gradient_accumulation_steps \(3\) must divide minibatch_size \(16\)"),
+    (lambda: DPOConfig(batch_size=10, gradient_accumulation_steps=4),
+     r"DPOConfig\.gradient_accumulation_steps \(4\) must divide batch_size \(10\)"),
+    (lambda: KTOConfig(gradient_accumulation_steps=0), r"KTOConfig\.gradient_accumulation_steps must be > 0"),
+])
+def test_micro_batches_that_would_not_be_equal_are_refused_naming_the_field(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
