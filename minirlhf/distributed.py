@@ -160,25 +160,34 @@ class Runtime:
         """The global batch from every process's rows (equal shares), concatenated in process order."""
         return self.accelerator.gather(x.contiguous()) if self.accelerator else x
 
-    def share(self, over: torch.Tensor | int, aggregation: str = "token-mean") -> torch.Tensor | float:
-        """The weight on this process's loss that makes DDP's average of the N processes' gradients the gradient of
-        the one loss over the global batch. `over` is what the loss aggregates here: the (b, T) mask of its tokens,
-        or its number of rows (pairs, examples); `aggregation` (`losses.aggregate`) says what a mask counts:
+    def share(self, over: torch.Tensor | int, aggregation: str = "token-mean",
+              of: torch.Tensor | int | None = None) -> torch.Tensor | float:
+        """The weight on this process's loss that makes the summed (gradient accumulation) and DDP-averaged gradients
+        the gradient of the one loss over the step's global batch. `over` is what the loss aggregates here: the
+        (b, T) mask of its tokens, or its number of rows (pairs, examples); `aggregation` (`losses.aggregate`) says
+        what a mask counts:
 
-            "token-mean"                          Σ x / n_p, n_p = Σ mask (real tokens)
-            "seq-mean", "seq-sum", "constant"     a mean over n_p = b rows (constant: Σ x / (b · T), T the
+            "token-mean"                          Σ x / n, n = Σ mask (real tokens)
+            "seq-mean", "seq-sum", "constant"     a mean over n = b rows (constant: Σ x / (b · T), T the
                                                   generation budget, the same on every process)
 
-        share = N · n_p / Σ_q n_q over the processes q (1 for equal shares of rows); 1 on a single process."""
+        `of` is this process's whole batch of the optimizer step when `over` is one micro-batch of it (gradient
+        accumulation; None: `over` is the whole). With n the micro-batch's count and n_q the whole batch's count on
+        process q of N,
+
+            share = N · n / Σ_q n_q          (n / n_1 on one process: 1 without accumulation)
+
+        The micro-batch's own normaliser is undone, the large batch's put in its place: k micro-batches of a
+        token mean sum to the token mean of the batch, not to the mean of k token means."""
         check_choice("aggregation", aggregation, AGGREGATIONS)
-        if self.accelerator is None:
+        if self.accelerator is None and of is None:
             return 1.0
-        if isinstance(over, int):
-            count = over  # rows
-        else:
-            count = over.sum() if aggregation == "token-mean" else over.shape[0]  # real tokens, else rows
-        count = torch.as_tensor(count, dtype=torch.float32, device=self.device)
-        return self.world_size * count / self.accelerator.reduce(count.clone(), "sum").clamp_min(1)
+        count = _count(over, aggregation)
+        total = count if of is None else _count(of, aggregation)
+        if self.accelerator is None:
+            return count / max(total, 1.0)
+        total = torch.as_tensor(total, dtype=torch.float32, device=self.device)
+        return self.world_size * count / self.accelerator.reduce(total, "sum").clamp_min(1)
 
     def sampling_rows(self, n: int) -> tuple[int, int] | None:
         """(first row, global rows) of this process's n sampled completions in the global batch, for `sample`;
@@ -194,6 +203,14 @@ class Runtime:
             values = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=self.device)
             metrics = dict(zip(keys, self.accelerator.reduce(values, "mean").tolist()))
         return metrics | memory_metrics(self.device)
+
+
+def _count(over: torch.Tensor | int, aggregation: str) -> float:
+    """What a loss aggregates over (`Runtime.share`): an int is a number of rows; a mask counts its real tokens
+    (token-mean) or its rows."""
+    if isinstance(over, int):
+        return float(over)
+    return float(over.sum()) if aggregation == "token-mean" else float(over.shape[0])
 
 
 def setup_runtime(config: Config) -> tuple[Runtime, Config]:

@@ -73,6 +73,11 @@ def run_all() -> dict[str, dict]:
     model, _, history = train_grpo(small_task(), config)
     results["dr-grpo"] = (history, model)
 
+    # gradient accumulation on top of the processes: each process's 8 rows in two micro-batches, a token mean
+    config = GRPOConfig(steps=2, prompts_per_step=4, group_size=4, gradient_accumulation_steps=2, **COMMON)
+    model, _, history = train_grpo(small_task(), config)
+    results["grpo-accumulated"] = (history, model)
+
     config = ReinforceConfig(baseline="reinforce++", steps=2, prompts_per_step=4, group_size=2, beta=0.05, **COMMON)
     model, _, history = train_reinforce(small_task(), config)  # per-token advantages, a token mean
     results["reinforce++"] = (history, model)

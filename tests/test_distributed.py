@@ -50,9 +50,9 @@ def test_processes_split_the_global_minibatches_by_rows():
 @pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
     """SFT, DPO (with RPO's NLL per chosen token), KTO, the reward model (an epoch's short last batch), GRPO (β > 0,
-    batch-std advantages, token-mean loss), Dr. GRPO (B · T_max), REINFORCE++ (per-token advantages) and PPO (whitened
-    advantages): the same losses, rewards and gradient norms at every step, and the same final weights, on every
-    process."""
+    batch-std advantages, token-mean loss; and with gradient accumulation), Dr. GRPO (B · T_max), REINFORCE++
+    (per-token advantages) and PPO (whitened advantages): the same losses, rewards and gradient norms at every step,
+    and the same final weights, on every process."""
     sys.path.insert(0, str(ROOT / "tests"))
     from _dist_job import run_all
 

@@ -30,14 +30,16 @@ from minirlhf.trainers.sft import SFTConfig, train_sft
 
 
 class Group:
-    """Stands in for Accelerate's process group: `counts` are what every process passes to reduce(..., "sum")."""
+    """Stands in for Accelerate's process group: `counts` are what the other processes pass to reduce(..., "sum");
+    this process passes its own `x`."""
 
     def __init__(self, rank: int, world_size: int, counts: list[float]):
         self.process_index, self.num_processes, self.counts = rank, world_size, counts
 
     def reduce(self, x: torch.Tensor, op: str) -> torch.Tensor:
         assert op == "sum"
-        return torch.tensor(sum(self.counts), dtype=x.dtype)
+        others = sum(count for rank, count in enumerate(self.counts) if rank != self.process_index)
+        return x + torch.tensor(others, dtype=x.dtype)
 
 
 def process(rank: int, world_size: int, counts: list[float]) -> Runtime:
@@ -68,6 +70,28 @@ def test_the_shared_losses_average_to_the_loss_of_the_global_batch(batch, aggreg
     counts = [float(m.sum()) if aggregation == "token-mean" else len(m) for _, m in parts]
     weighted = [process(rank, world_size, counts).share(m, aggregation) * aggregate(xp, m, aggregation)
                 for rank, (xp, m) in enumerate(parts)]
+    torch.testing.assert_close(sum(weighted) / world_size, aggregate(x, mask, aggregation))
+
+
+@settings(max_examples=60, deadline=None)
+@given(split_batches(), st.sampled_from(AGGREGATIONS), st.integers(1, 3), st.booleans())
+def test_accumulated_micro_batches_on_every_process_sum_to_the_loss_of_the_global_batch(batch, aggregation, k,
+                                                                                         alone):
+    """Gradient accumulation, on one process (`alone`) or several: each process cuts its rows into k micro-batches
+    and weighs each by `share(micro, of=its rows)`; (1/N) Σ_p Σ_j share_pj · L_pj is the global batch's loss. The
+    mean of the micro-batches' own means (weight 1/k) is not, for a token mean over rows of unequal lengths."""
+    world_size, x, mask = batch
+    if alone:
+        world_size = 1
+    parts = [(x[rows], mask[rows]) for rows in torch.arange(len(x)).chunk(world_size)]
+    counts = [float(m.sum()) if aggregation == "token-mean" else len(m) for _, m in parts]
+    weighted = []
+    for rank, (xp, m) in enumerate(parts):
+        runtime = Runtime(device="cpu") if alone else process(rank, world_size, counts)
+        for micro in torch.arange(len(xp)).tensor_split(k):
+            if len(micro):
+                weighted.append(runtime.share(m[micro], aggregation, of=m) * aggregate(xp[micro], m[micro],
+                                                                                        aggregation))
     torch.testing.assert_close(sum(weighted) / world_size, aggregate(x, mask, aggregation))
 
 

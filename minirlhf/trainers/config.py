@@ -4,6 +4,7 @@ the checks that name a field in their errors (GRPOConfig.eps must be positive)."
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import numbers
 import types
 import typing
@@ -19,6 +20,9 @@ from minirlhf.paths import absolute, check_apart
 from minirlhf.precision import PRECISIONS
 from minirlhf.trainers.run.checkpoint import check_fork_target, check_own_folder, find_checkpoint, run_folder
 from minirlhf.trainers.run.manifest import FOLDER_FIELDS
+from minirlhf.trainers.run.schedule import LR_SCHEDULES
+
+REPORTERS = ("none", "tensorboard")  # where the metrics go besides metrics.jsonl
 
 
 def with_metavar(default: Any, metavar: str) -> Any:
@@ -38,7 +42,14 @@ class TrainConfig:
     model: str = "tiny-sft"  # what p_θ (and p_ref) start from: a shipped short name, a folder or a hub name
     steps: int = 100  # optimisation steps (online methods: one batch of fresh samples per step)
     lr: float = 1e-4  # AdamW learning rate
+    # the learning rate over the steps: a linear warmup over warmup_steps, then constant, or a linear or cosine
+    # decay towards 0 at the last step (trainers/run/schedule.py); logged as lr
+    lr_schedule: str = choice("constant", LR_SCHEDULES)
+    warmup_steps: int = 0  # W: the lr rises linearly, lr·1/W, lr·2/W, .., lr, over the first W steps; 0 = none
     max_grad_norm: float = 1.0  # gradient clipping (global norm)
+    # k: each optimizer step's batch is cut into k micro-batches, one forward and backward each, their gradients
+    # summed with the whole batch's normaliser: the same update as the one large batch in ~1/k of the memory
+    gradient_accumulation_steps: int = 1
     seed: int = 0  # seeds python, numpy and torch (sampling included)
     device: str = "auto"  # "auto" = cuda, then mps, then cpu
     # autocast dtype: "auto" = bf16 on a GPU (fp16 where it has no bf16), fp32 elsewhere
@@ -53,6 +64,9 @@ class TrainConfig:
     resume: str | None = None  # continue from a checkpoint folder, or from a run's out_dir (its latest checkpoint)
     overwrite: bool = False  # a fresh run may delete the files an earlier run's run.json lists (else: an error)
     fork_to: str | None = None  # with resume: continue the checkpoint as a new run in this fresh folder (a fork)
+    # "tensorboard": the metrics also as TensorBoard events in <out_dir>/tensorboard (needs out_dir and the
+    # tensorboard package: pip install tensorboard)
+    report_to: str = choice("none", REPORTERS)
 
     def __post_init__(self) -> None:
         for name in ("model", "out_dir", "resume", "fork_to"):  # a path of "" would mean the current folder
@@ -107,12 +121,18 @@ class TrainConfig:
         for f in fields(self):
             if "choices" in f.metadata:
                 require_choice(self, f.name, f.metadata["choices"])
-        require_positive(self, "steps", "lr", "keep_checkpoints")
-        require_non_negative(self, "max_grad_norm", "save_every", "eval_every")
+        require_positive(self, "steps", "lr", "keep_checkpoints", "gradient_accumulation_steps")
+        require_non_negative(self, "max_grad_norm", "save_every", "eval_every", "warmup_steps")
         # numpy's seeds (set_seed): a failure there would name no field
         check_interval(f"{type(self).__name__}.seed", self.seed, 0, 2**32, high_included=False, why="numpy's seeds")
         if self.save_every and self.out_dir is None:
             raise ValueError(f"{type(self).__name__}.save_every={self.save_every} needs an out_dir to write to")
+        if self.report_to == "tensorboard":
+            if self.out_dir is None:
+                raise ValueError(f"{type(self).__name__}.report_to='tensorboard' needs an out_dir to write to")
+            if importlib.util.find_spec("tensorboard") is None:
+                raise UserError(f"{type(self).__name__}.report_to='tensorboard' needs the tensorboard package, which "
+                                "is not installed: pip install tensorboard (or pip install minirlhf[tensorboard])")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -185,3 +205,12 @@ def require_choice(config: Any, name: str, choices: Sequence[str]) -> None:
 
 def config_fields(config_cls: type) -> list[str]:
     return [f.name for f in fields(config_cls)]
+
+
+def require_accumulation_fits(config: Any, batch: int, what: str) -> None:
+    """gradient_accumulation_steps divides `batch`, the rows of one optimizer step (`what` says which field sets
+    it): the micro-batches are equal."""
+    k = config.gradient_accumulation_steps
+    if batch % k:
+        raise ValueError(f"{type(config).__name__}.gradient_accumulation_steps ({k}) must divide {what} "
+                         f"({batch}): each optimizer step's batch is cut into {k} equal micro-batches")

@@ -33,6 +33,7 @@ from minirlhf.trainers.preference import (
     pair_accuracy,
     pair_lengths,
     pair_logps,
+    pair_rows,
     policy_loader,
     preference_loss,
     preference_start,
@@ -66,7 +67,7 @@ def train_dpo(
     # The preamble the preference trainers share (`preference.preference_start`): the pairs, the run's start
     # (processes, seeds), p_θ without dropout, the context size and the length check, epochs -> steps; then p_ref
     # (`settle_reference`) and the run. `run.batch` draws this process's share of a batch, and
-    # `run.update(loss, over=...)` weighs the loss by that share.
+    # `run.backward(loss, over=...)` weighs the loss by that share.
     config = config or DPOConfig()
     if config.loss_type == KTO_ALIAS:
         raise ValueError("train_dpo: loss_type='kto' learns from unpaired examples: use trainers.kto.train_kto")
@@ -84,27 +85,32 @@ def train_dpo(
         metrics = run.evaluate(step)
         rows = run.batch(len(data.train), config.batch_size)  # this process's share, a fresh shuffle every epoch
         encoded = encode_pairs(run.tokenizer, [data.train[i] for i in rows], max_length, device)  # (2B, T)
-
-        with run.autocast():
-            # 1. log p_θ(y_w|x), log p_θ(y_l|x): one forward over [chosen; rejected]          (B,), (B,)
-            chosen, rejected = pair_logps(run.train_model, encoded)
-            # 2. log p_ref of the same sequences: none (SimPO, ORPO), looked up, or one forward of the frozen copy
-            if reference_free:
-                ref_chosen = ref_rejected = None
-            elif config.precompute_ref:
-                ref_chosen, ref_rejected = (r[rows].clone() for r in ref_logps)
-            else:
-                with torch.inference_mode():
-                    ref_chosen, ref_rejected = (r.clone() for r in pair_logps(ref, encoded))
-        # 3. -log σ(β [log p_θ/p_ref (y_w) - log p_θ/p_ref (y_l)])  (or IPO, hinge, SimPO, ORPO: `preference_loss`)
-        chosen_lengths, rejected_lengths = pair_lengths(encoded["response_mask"])
-        losses, r_chosen, r_rejected = preference_loss(  # RPO's NLL: per chosen token of the global batch
-            config, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths, rejected_lengths,
-            all_chosen_lengths=run.gather(chosen_lengths),
-        )
-        loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's pairs
+        chosen_lengths, rejected_lengths = pair_lengths(encoded["response_mask"])  # |y_w|, |y_l|  (B,) each
+        all_chosen_lengths = run.gather(chosen_lengths)  # RPO's NLL: per chosen token of the global batch
+        pieces = []  # what each micro-batch logs: log p_θ(y_w|x), log p_θ(y_l|x) and the method's rewards
+        for micro in run.micro_batches(torch.arange(len(rows))):  # gradient accumulation: forward/backward each
+            with run.autocast():
+                # 1. log p_θ(y_w|x), log p_θ(y_l|x): one forward over [chosen; rejected]          (b,), (b,)
+                chosen, rejected = pair_logps(run.train_model, pair_rows(encoded, micro))
+                # 2. log p_ref of the same sequences: none (SimPO, ORPO), looked up, or one forward of the frozen copy
+                if reference_free:
+                    ref_chosen = ref_rejected = None
+                elif config.precompute_ref:
+                    ref_chosen, ref_rejected = (r[torch.as_tensor(rows)[micro]].clone() for r in ref_logps)
+                else:
+                    with torch.inference_mode():
+                        ref_chosen, ref_rejected = (r.clone() for r in pair_logps(ref, pair_rows(encoded, micro)))
+            # 3. -log σ(β [log p_θ/p_ref (y_w) - log p_θ/p_ref (y_l)])  (or IPO, hinge, SimPO, ORPO: `preference_loss`)
+            losses, r_chosen, r_rejected = preference_loss(
+                config, chosen, rejected, ref_chosen, ref_rejected, chosen_lengths[micro], rejected_lengths[micro],
+                all_chosen_lengths=all_chosen_lengths,
+            )
+            run.backward(losses.mean(), over=len(micro), of=len(rows))  # a mean over this process's pairs
+            pieces.append((chosen.detach(), rejected.detach(), r_chosen, r_rejected))
+        loss, grad_norm = run.step()
+        chosen, rejected, r_chosen, r_rejected = (torch.cat(column) for column in zip(*pieces))  # (B,) each
         metrics |= {
-            "loss": loss.item(),
+            "loss": float(loss),
             "rewards/accuracy": pair_accuracy(r_chosen, r_rejected),  # a tie counts 1/2
             "rewards/margin": (r_chosen - r_rejected).mean().item(),
             "rewards/chosen": r_chosen.mean().item(),  # β log p_θ(y_w)/p_ref(y_w) (SimPO, ORPO: their own)

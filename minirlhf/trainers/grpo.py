@@ -168,25 +168,29 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
         # 2. group-normalised advantages Â_i, one per completion (B,)
         advantages = grpo_advantages(exp.rewards, config.group_size, scale=config.scale)
 
-        # 3. μ epochs of minibatch steps on the clipped objective with β·k3 KL
+        # 3. μ epochs of minibatch steps on the clipped objective with β·k3 KL (β: fixed, or adapted to kl_target)
         run.model.train()
         if config.debug:
             metrics |= diagnose(run.model, exp, config, group_advantages=advantages)
         for _ in range(config.epochs):
-            for rows in run.minibatches(exp):
-                with run.autocast():
-                    logp, entropy = policy_logprobs(run.train_model, exp, rows, config.temperature)  # (b, N)
-                ref_logp = exp.ref_logp[rows] if exp.ref_logp is not None else None
-                loss, stats = grpo_loss(
-                    logp, exp.old_logp[rows], ref_logp, advantages[rows], mask[rows],
-                    eps=config.eps, beta=config.beta, aggregation=config.aggregation, eps_high=config.eps_high,
-                    importance_sampling_level=config.importance_sampling_level, policy_loss=config.policy_loss,
-                    dual_clip_c=config.dual_clip_c, tau_pos=config.sapo_tau_pos, tau_neg=config.sapo_tau_neg,
-                )
-                loss, grad_norm = run.update(loss, over=mask[rows], aggregation=config.aggregation)
-                clipped = {name: value for name, value in stats.items() if name.startswith("clip_frac")}
-                run.add(loss=loss, **clipped, ratio_max=stats["ratio_max"], kl=stats.get("kl", 0.0),
-                        grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
+            for rows in run.minibatches(exp):  # one optimizer step each
+                for micro in run.micro_batches(rows):  # gradient accumulation: one forward and backward each
+                    with run.autocast():
+                        logp, entropy = policy_logprobs(run.train_model, exp, micro, config.temperature)  # (b, N)
+                    ref_logp = exp.ref_logp[micro] if exp.ref_logp is not None else None
+                    loss, stats = grpo_loss(
+                        logp, exp.old_logp[micro], ref_logp, advantages[micro], mask[micro],
+                        eps=config.eps, beta=run.beta, aggregation=config.aggregation, eps_high=config.eps_high,
+                        importance_sampling_level=config.importance_sampling_level, policy_loss=config.policy_loss,
+                        dual_clip_c=config.dual_clip_c, tau_pos=config.sapo_tau_pos, tau_neg=config.sapo_tau_neg,
+                    )
+                    # normalised as the whole minibatch: its tokens (token-mean) or its rows, not the micro-batch's
+                    run.backward(loss, over=mask[micro], of=mask[rows], aggregation=config.aggregation)
+                    clipped = {name: value for name, value in stats.items() if name.startswith("clip_frac")}
+                    run.add(**clipped, ratio_max=stats["ratio_max"], kl=stats.get("kl", 0.0),
+                            entropy=masked_mean(entropy.detach(), exp.mask[micro]))
+                loss, grad_norm = run.step()
+                run.add(loss=loss, grad_norm=grad_norm)
         run.model.eval()
         run.log(step, metrics)
 

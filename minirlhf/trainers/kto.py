@@ -117,7 +117,7 @@ def train_kto(
     # The preamble the preference trainers share (`preference.preference_start`): the pairs, the run's start
     # (processes, seeds), p_θ without dropout, the context size and the length check, epochs -> steps (every batch
     # of 2 x batch_size examples); then p_ref (`settle_reference`) and the run. `run.batch` draws this process's
-    # share of a batch, and `run.update(loss, over=...)` weighs the loss by that share.
+    # share of a batch, and `run.backward(loss, over=...)` weighs the loss by that share.
     start = preference_start(data, kto_config(config or KTOConfig()), policy_loader(model, tokenizer),
                              rows_per_pair=2, check=check_prompts)
     config, tokenizer, max_length = start.config, start.tokenizer, start.max_length
@@ -146,8 +146,7 @@ def train_kto(
         desirable = desirable_all[rows].to(device)  # (2B,) bool
 
         with run.autocast():
-            # 1. log p_θ(y|x) with autograd; log p_θ(y'|x) of the mismatched pairs without (z_ref is detached)
-            logp = example_logps(run.train_model, tokenizer, x, y, max_length, device)  # (2B,)
+            # 1. log p_θ(y'|x) of the mismatched pairs, without autograd (z_ref is detached), for the whole batch
             with torch.no_grad():
                 kl_logp = example_logps(run.model, tokenizer, x, y_mismatched, max_length, device)  # (2B,)
             # 2. log p_ref of both: looked up, or forwards of the frozen copy
@@ -157,16 +156,26 @@ def train_kto(
                 with torch.inference_mode():
                     ref_logp = example_logps(ref, tokenizer, x, y, max_length, device).clone()
                     ref_kl_logp = example_logps(ref, tokenizer, x, y_mismatched, max_length, device).clone()
-        # 3. λ_y - v(x, y), v = λ_D σ(β (r_θ - z_ref)) or λ_U σ(β (z_ref - r_θ)); z_ref over the global batch
-        losses, rewards, z_ref = kto_loss(logp, ref_logp, desirable, *run.gather(kl_logp, ref_kl_logp), config.beta,
-                                          config.desirable_weight, config.undesirable_weight)
-        loss, grad_norm = run.update(losses.mean(), over=len(rows))  # a mean over this process's examples
+        mismatched_logps = run.gather(kl_logp, ref_kl_logp)  # z_ref over the global batch, whatever the micro-batch
+        pieces = []  # β r_θ and log p_θ(y|x) of each micro-batch, for the logs
+        for micro in run.micro_batches(torch.arange(len(rows))):  # gradient accumulation: forward/backward each
+            with run.autocast():
+                # 3. log p_θ(y|x) with autograd                                                           (b,)
+                logp = example_logps(run.train_model, tokenizer, [x[i] for i in micro], [y[i] for i in micro],
+                                     max_length, device)
+            # 4. λ_y - v(x, y), v = λ_D σ(β (r_θ - z_ref)) or λ_U σ(β (z_ref - r_θ)); z_ref over the global batch
+            losses, rewards, z_ref = kto_loss(logp, ref_logp[micro], desirable[micro], *mismatched_logps,
+                                              config.beta, config.desirable_weight, config.undesirable_weight)
+            run.backward(losses.mean(), over=len(micro), of=len(rows))  # a mean over this process's examples
+            pieces.append((rewards, logp.detach()))
+        loss, grad_norm = run.step()
+        rewards, logp = (torch.cat(column) for column in zip(*pieces))  # (2B,) each
         # the class means below over the global batch: a process's share may hold few or none of a class
-        rewards, logp, desirable = run.gather(rewards, logp.detach(), desirable.long())
+        rewards, logp, desirable = run.gather(rewards, logp, desirable.long())
         desirable = desirable.bool()
 
         metrics |= {
-            "loss": loss.item(),
+            "loss": float(loss),
             "rewards/desirable": rewards[desirable].mean().item(),  # β r_θ(x, y) of the thumbs-up examples
             "rewards/undesirable": rewards[~desirable].mean().item(),
             "kl": z_ref.item(),  # z_ref: the batch's estimate of KL(p_θ || p_ref), clipped at 0

@@ -34,12 +34,14 @@ from minirlhf.tasks.registry import resolve_task
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.config import (
     TrainConfig,
+    require_accumulation_fits,
     require_choice,
     require_non_negative,
     require_positive,
     with_metavar,
 )
 from minirlhf.trainers.run import EVAL_PREFIX, Run, begin, held_out_metrics, load_policy, make_optimizer
+from minirlhf.trainers.run.schedule import adaptive_kl_beta
 
 
 @dataclass
@@ -51,7 +53,13 @@ class OnlineConfig(TrainConfig):
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
     beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, p_ref only for eval/kl_ref (eval_kl)
-    minibatch_size: int | None = None  # completions per gradient step; None = the whole batch
+    # KL_target: adapt β after every step so that the batches' KL(p_θ || p_ref) (kl_ref) tends to this many nats
+    # per answer (Ziegler et al., 2019: schedule.adaptive_kl_beta; β starts at beta, logged as beta); None = fixed β
+    kl_target: float | None = None
+    kl_horizon: float = 10000.0  # the adaptive controller's horizon in samples, K_β = batch / horizon (TRL: 10000)
+    # completions per optimizer step; None = the whole batch. gradient_accumulation_steps cuts each minibatch
+    # into that many micro-batches (the memory of one forward), still one optimizer step per minibatch
+    minibatch_size: int | None = None
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
     # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped task
@@ -74,7 +82,15 @@ class OnlineConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        require_positive(self, "prompts_per_step", "group_size", "temperature")
+        require_positive(self, "prompts_per_step", "group_size", "temperature", "kl_horizon")
+        if self.kl_target is not None:
+            require_positive(self, "kl_target")
+            if self.beta == 0:
+                raise ValueError(f"{type(self).__name__}.kl_target={self.kl_target!r} adapts β, which starts at "
+                                 "beta = 0 and would stay there: give beta > 0 too (the start of β)")
+        elif self.kl_horizon != 10000.0:
+            raise ValueError(f"{type(self).__name__}.kl_horizon={self.kl_horizon!r} paces the adaptive KL "
+                             "controller, which is off (kl_target = None): give kl_target too, or drop it")
         require_non_negative(self, "beta", "overlong_cache", "top_k", "overlong_weight")
         check_interval(f"{type(self).__name__}.top_p", self.top_p, 0.0, 1.0, low_included=False, why="1 = off")
         for k, weight in enumerate(self.reward_weights or []):
@@ -95,6 +111,8 @@ class OnlineConfig(TrainConfig):
                     f"{type(self).__name__}.minibatch_size ({self.minibatch_size}) must divide the batch of "
                     f"prompts_per_step x group_size = {self.batch_size} completions"
                 )
+        require_accumulation_fits(self, self.minibatch_size or self.batch_size,
+                                  "minibatch_size" if self.minibatch_size else "prompts_per_step x group_size")
 
     @property
     def batch_size(self) -> int:
@@ -116,9 +134,13 @@ class OnlineRun(Run):
     """The run of an online method (`online_run`): the `Run`, and what its loop samples from and trains.
 
         exp = run.collect()                     # the step's batch, whole (every process's rows)
-        for rows in run.minibatches(exp):       # this process's rows of it, shuffled
-            with run.autocast():
-                logp, entropy = policy_logprobs(run.train_model, exp, rows, config.temperature)
+        for rows in run.minibatches(exp):       # this process's rows of it, shuffled: one optimizer step each
+            for micro in run.micro_batches(rows):   # gradient accumulation
+                with run.autocast():
+                    logp, entropy = policy_logprobs(run.train_model, exp, micro, config.temperature)
+
+    `run.beta` is the step's β: config.beta, or the adaptive controller's (config.kl_target), which `log` moves
+    after each step from the batch's kl_ref (`schedule.adaptive_kl_beta`) and keeps in the checkpoints.
     """
 
     def __init__(self, task: Task, config: OnlineConfig, runtime: Runtime, model: nn.Module,
@@ -148,6 +170,19 @@ class OnlineRun(Run):
         frozen = {**task.models, **({"reference model": ref} if ref is not None else {})}
         super().__init__(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
                          evaluate if task.evaluate or eval_ref is not None else None, callbacks, frozen, **modules)
+        self.beta = self.loop_state.get("beta", config.beta)  # β_t: the KL coefficient of this step
+
+    def log(self, step: int, metrics: dict[str, Any], **loop_state: Any) -> None:
+        """`Run.log`, with the step's β logged (when there is a KL term) and, under the adaptive controller
+        (config.kl_target), β moved for the next step from this batch's KL (`adaptive_kl_beta`: β_{t+1} from β_t
+        and KL_t = kl_ref), and kept in the checkpoint's loop state."""
+        if self.config.beta > 0:
+            metrics = metrics | {"beta": self.beta}
+        if self.config.kl_target is not None:
+            self.beta = adaptive_kl_beta(self.beta, metrics["kl_ref"], self.config.kl_target,
+                                         self.config.batch_size, self.config.kl_horizon)
+            loop_state |= {"beta": self.beta}
+        super().log(step, metrics, **loop_state)
 
     def collect(self) -> Experience:
         """A fresh batch of the step's prompts, sampled (each process its share), scored, with log p_ref, and

@@ -64,7 +64,7 @@ class PPOConfig(OnlineConfig):
     prompts_per_step: int = 64  # one completion per prompt: V is the baseline, no group is needed
     group_size: int = 1  # G: completions per prompt (PPO works with 1)
     beta: float = 0.05  # β: per-token KL penalty -β·k1_t folded into the reward; 0 drops p_ref
-    minibatch_size: int | None = 16  # completions per gradient step; None = the whole batch
+    minibatch_size: int | None = 16
     eps: float = 0.2  # ε: clip range of the ratio r_t(θ), its lower side 1 - ε
     eps_high: float | None = None  # ε_high: the upper side 1 + ε_high (DAPO's clip-higher); None = ε
     epochs: int = 4  # passes over each batch of samples
@@ -131,7 +131,7 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
             old_values = run.gather(old_values)  # (B, N)
             # 2. r_t = -β · (log p_θold - log p_ref) + R(x, y) at the last token
             kl = kl_k1(exp.old_logp, exp.ref_logp) if exp.ref_logp is not None else None  # (B, N)
-            rewards = token_rewards(exp.rewards, mask, kl, config.beta)  # (B, N)
+            rewards = token_rewards(exp.rewards, mask, kl, run.beta)  # (B, N); β fixed, or adapted to kl_target
             # 3. Â_t = Σ_l (γλ)^l δ_{t+l} and the value targets R_t = Â_t + V_old(s_t)
             advantages, returns = gae(rewards, old_values, mask, config.gamma, config.lam)  # (B, N) each
             metrics |= experience_metrics(exp) | {
@@ -148,24 +148,28 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
         if config.debug:
             metrics |= diagnose(run.model, exp, config)
         for _ in range(config.epochs):
-            for rows in run.minibatches(exp):
-                with run.autocast():
-                    logp, entropy, values = policy_forward(run.train_model, run.train_value_head, exp, rows,
-                                                           config.temperature)
-                m = mask[rows]
-                policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[rows], advantages[rows], m, eps=config.eps,
-                                                    eps_high=config.eps_high)
-                v_loss = value_loss(values, old_values[rows], returns[rows], m, clip=config.cliprange_value)
-                # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together)
-                loss, grad_norm = run.update(policy_loss + config.vf_coef * v_loss, over=m)
-                run.add(loss=loss, policy_loss=policy_loss, value_loss=v_loss, grad_norm=grad_norm,
-                        clip_frac=stats["clip_frac"], clip_frac_low=stats["clip_frac_low"],
-                        clip_frac_high=stats["clip_frac_high"], ratio_mean=stats["ratio_mean"],
-                        ratio_max=stats["ratio_max"],  # the most-moved token of the minibatch
-                        approx_kl=stats["approx_kl"],  # KL(p_θold || p_θ): how far this batch moved p_θ
-                        entropy=masked_mean(entropy.detach(), m))
-                if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it
-                    run.add(kl=masked_mean(kl_k3(logp.detach(), exp.ref_logp[rows]), m))
+            for rows in run.minibatches(exp):  # one optimizer step each
+                for micro in run.micro_batches(rows):  # gradient accumulation: one forward and backward each
+                    with run.autocast():
+                        logp, entropy, values = policy_forward(run.train_model, run.train_value_head, exp, micro,
+                                                               config.temperature)
+                    m = mask[micro]
+                    policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[micro], advantages[micro], m,
+                                                        eps=config.eps, eps_high=config.eps_high)
+                    v_loss = value_loss(values, old_values[micro], returns[micro], m, clip=config.cliprange_value)
+                    # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together),
+                    # normalised by the whole minibatch's tokens
+                    run.backward(policy_loss + config.vf_coef * v_loss, over=m, of=mask[rows])
+                    run.add(policy_loss=policy_loss, value_loss=v_loss, clip_frac=stats["clip_frac"],
+                            clip_frac_low=stats["clip_frac_low"], clip_frac_high=stats["clip_frac_high"],
+                            ratio_mean=stats["ratio_mean"],
+                            ratio_max=stats["ratio_max"],  # the most-moved token of the minibatch
+                            approx_kl=stats["approx_kl"],  # KL(p_θold || p_θ): how far this batch moved p_θ
+                            entropy=masked_mean(entropy.detach(), m))
+                    if exp.ref_logp is not None:  # per-token KL(p_θ || p_ref), k3, as GRPO logs it
+                        run.add(kl=masked_mean(kl_k3(logp.detach(), exp.ref_logp[micro]), m))
+                loss, grad_norm = run.step()
+                run.add(loss=loss, grad_norm=grad_norm)
         run.model.eval()
         run.log(step, metrics)
 

@@ -36,7 +36,14 @@ from minirlhf.losses import (
 )
 from minirlhf.models import context_size, disable_dropout, frozen_copy
 from minirlhf.tasks.registry import shipped_preference_data
-from minirlhf.trainers.config import TrainConfig, choice, require, require_non_negative, require_positive
+from minirlhf.trainers.config import (
+    TrainConfig,
+    choice,
+    require,
+    require_accumulation_fits,
+    require_non_negative,
+    require_positive,
+)
 from minirlhf.trainers.run import Run, begin, held_out_metrics, load_policy, make_optimizer
 
 REFERENCE_FREE_LOSS_TYPES = ("simpo", "orpo")  # no p_ref in the loss
@@ -52,13 +59,16 @@ class PreferenceConfig(TrainConfig):
     pairs: str = "sentiment"  # preference pairs: shipped name, folder of {train,test}.jsonl, .jsonl file or hub name
     steps: int = 100  # 100 x 32 = 1.6 passes over the 2000 shipped pairs
     epochs: float | None = None  # when set, overrides steps: ceil(epochs · n_pairs / batch_size)
-    batch_size: int = 32  # pairs per step (2 x batch_size sequences in one forward)
+    # pairs per step (2 x batch_size sequences in one forward; in gradient_accumulation_steps forwards of
+    # batch_size / gradient_accumulation_steps pairs each)
+    batch_size: int = 32
     max_length: int | None = None  # tokens per sequence (completions are cut); None = the model's context size
     eval_every: int = 25
 
     def validate(self) -> None:
         super().validate()
         require_positive(self, "batch_size")
+        require_accumulation_fits(self, self.batch_size, "batch_size")
         if self.epochs is not None:
             require_positive(self, "epochs")
         if self.max_length is not None:
@@ -130,6 +140,14 @@ def pair_logps(model, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...
     seq = sequence_logprobs(logp, batch["response_mask"])  # (2B,) Σ_t
     B = len(seq) // 2
     return seq[:B], seq[B:]
+
+
+def pair_rows(encoded: dict[str, torch.Tensor], pairs: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The 2b sequences [chosen; rejected] of the b pairs at positions `pairs` (a micro-batch) out of the 2B of
+    `encode_pairs`, in the same layout."""
+    B = len(encoded["input_ids"]) // 2
+    rows = torch.cat([pairs, B + pairs]).to(encoded["input_ids"].device)
+    return {k: v[rows] for k, v in encoded.items()}
 
 
 def pair_lengths(response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -84,12 +84,12 @@ def train_reinforce(
         if config.baseline in PER_TOKEN_BASELINES:
             # REINFORCE++: Â_i,t from the k1-shaped per-token rewards, standardised over the batch  (B, N)
             advantages = reinforce_plus_plus_advantages(
-                exp.rewards, exp.mask, exp.old_logp, exp.ref_logp, beta=config.beta,
+                exp.rewards, exp.mask, exp.old_logp, exp.ref_logp, beta=run.beta,
                 group_size=config.group_size if config.baseline == "reinforce++-baseline" else None,
             )
         else:
             # R'(x, y) = R(x, y) - β · KL_seq: the reward the policy gradient sees  (B,)
-            shaped = kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, config.beta)
+            shaped = kl_shaped_rewards(exp.rewards, exp.old_logp, exp.ref_logp, exp.mask, run.beta)
             # Â = R' - b
             if config.baseline == "rloo":
                 advantages = rloo_advantages(shaped, config.group_size)  # b_i = mean of the other G - 1 rewards
@@ -106,13 +106,16 @@ def train_reinforce(
         if config.debug:
             metrics |= diagnose(run.model, exp, config,
                                 group_advantages=advantages if config.baseline == "rloo" else None)
-        for rows in run.minibatches(exp):
-            with run.autocast():
-                logp, entropy = policy_logprobs(run.train_model, exp, rows, config.temperature)  # (b, N)
-            # -E[Â · log p_θ(y|x)]; REINFORCE++: -mean over real tokens of Â_i,t log p_θ(y_t|..)
-            loss = reinforce_loss(logp, advantages[rows], exp.mask[rows], aggregation)
-            loss, grad_norm = run.update(loss, over=exp.mask[rows], aggregation=aggregation)
-            run.add(loss=loss, grad_norm=grad_norm, entropy=masked_mean(entropy.detach(), exp.mask[rows]))
+        for rows in run.minibatches(exp):  # one optimizer step each
+            for micro in run.micro_batches(rows):  # gradient accumulation: one forward and backward each
+                with run.autocast():
+                    logp, entropy = policy_logprobs(run.train_model, exp, micro, config.temperature)  # (b, N)
+                # -E[Â · log p_θ(y|x)]; REINFORCE++: -mean over real tokens of Â_i,t log p_θ(y_t|..)
+                loss = reinforce_loss(logp, advantages[micro], exp.mask[micro], aggregation)
+                run.backward(loss, over=exp.mask[micro], of=exp.mask[rows], aggregation=aggregation)
+                run.add(entropy=masked_mean(entropy.detach(), exp.mask[micro]))
+            loss, grad_norm = run.step()
+            run.add(loss=loss, grad_norm=grad_norm)
         run.model.eval()
         run.log(step, metrics, ema=ema)
 

@@ -166,7 +166,7 @@ def train_reward_model(
     """
     # The preamble the preference trainers share (`preference.preference_start`): the pairs, the run's start
     # (processes, seeds), the reward model (dropout on), the context size and the length check, epochs -> steps.
-    # `run.batch` draws this process's share of a batch, and `run.update(loss, over=...)` weighs the loss by it.
+    # `run.batch` draws this process's share of a batch, and `run.backward(loss, over=...)` weighs the loss by it.
     def load(config: RewardModelConfig) -> tuple[RewardModel, PreTrainedTokenizerBase]:
         reward_model = model or RewardModel.from_pretrained_lm(config.model, device=config.device)
         return reward_model, tokenizer or reward_model.tokenizer
@@ -181,12 +181,17 @@ def train_reward_model(
     for step in run.steps("reward model"):
         metrics = run.evaluate(step)
         batch = [data.train[i] for i in run.batch(len(data.train), config.batch_size)]  # this process's share
-        with run.autocast():
-            chosen, rejected = pair_scores(run.train_model, run.tokenizer, batch, max_length)  # (B,), (B,) float32
-        loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
-        loss, grad_norm = run.update(loss, over=len(batch))  # a mean over this process's pairs
+        scores = []  # RM(x, y_w), RM(x, y_l) of each micro-batch, for the logs
+        for micro in run.micro_batches(batch):  # gradient accumulation: one forward and backward each
+            with run.autocast():
+                chosen, rejected = pair_scores(run.train_model, run.tokenizer, micro, max_length)  # (b,), (b,) fp32
+            loss = bradley_terry_loss(chosen, rejected)  # -mean log σ(RM(y_w) - RM(y_l))
+            run.backward(loss, over=len(micro), of=len(batch))  # a mean over this process's pairs
+            scores.append((chosen.detach(), rejected.detach()))
+        loss, grad_norm = run.step()
+        chosen, rejected = (torch.cat(column) for column in zip(*scores))  # (B,) each
         metrics |= {
-            "loss": loss.item(),
+            "loss": float(loss),
             "accuracy": pair_accuracy(chosen, rejected),
             "margin": (chosen - rejected).mean().item(),
             "grad_norm": grad_norm.item(),

@@ -11,12 +11,14 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
+
 from minirlhf.data import SFTData, check_example_lengths, encode_prompt_completion
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import masked_mean
 from minirlhf.models import context_size
 from minirlhf.tasks.registry import resolve_sft_data
-from minirlhf.trainers.config import TrainConfig, require_positive, with_metavar
+from minirlhf.trainers.config import TrainConfig, require_accumulation_fits, require_positive, with_metavar
 from minirlhf.trainers.run import Run, begin, held_out_metrics, load_policy, make_optimizer
 
 
@@ -35,6 +37,7 @@ class SFTConfig(TrainConfig):
     def validate(self) -> None:
         super().validate()
         require_positive(self, "batch_size")
+        require_accumulation_fits(self, self.batch_size, "batch_size")
 
 
 def train_sft(
@@ -68,11 +71,16 @@ def train_sft(
         pairs = run.local([rng.choice(data.examples) for _ in range(config.batch_size)])  # this process's share
         prompts, completions = zip(*pairs)
         batch = {k: v.to(device) for k, v in encode_prompt_completion(tokenizer, prompts, completions).items()}
-        with run.autocast():
-            logp = response_logprobs(train_model, **batch)  # (B, T) log p_θ(y_t | x, y_<t) on completion tokens
-        # L_SFT = -(1/|y|) Σ_t log p_θ(y_t | x, y_<t), the token mean over the (global) batch
-        loss, grad_norm = run.update(-masked_mean(logp, batch["response_mask"]), over=batch["response_mask"])
-        run.log(step, metrics | {"loss": loss.item(), "grad_norm": grad_norm.item()})
+        for micro in run.micro_batches(torch.arange(len(pairs))):  # gradient accumulation: a forward/backward each
+            piece = {k: v[micro] for k, v in batch.items()}
+            with run.autocast():
+                logp = response_logprobs(train_model, **piece)  # (b, T) log p_θ(y_t | x, y_<t) on completion tokens
+            # L_SFT = -(1/|y|) Σ_t log p_θ(y_t | x, y_<t), the token mean over the (global) batch: the micro-batch's
+            # token mean, weighted by its share of the batch's tokens
+            run.backward(-masked_mean(logp, piece["response_mask"]), over=piece["response_mask"],
+                         of=batch["response_mask"])
+        loss, grad_norm = run.step()
+        run.log(step, metrics | {"loss": float(loss), "grad_norm": grad_norm.item()})
     model.eval()
     run.finish(model, tokenizer)  # the final model
     return model, tokenizer, run.history

@@ -1,11 +1,13 @@
 """The run: the plumbing around a trainer's loop, in one object, so that the loop itself shows only its algorithm.
 
     run = Run(config, runtime, optimizer, params, {"prompts": rng}, evaluate, callbacks, model=model)
-    for step in run.steps("grpo"):
+    for step in run.steps("grpo"):                            # sets the step's learning rate (lr_schedule)
         metrics = run.evaluate(step)                          # held-out metrics when due, else {}
-        with run.autocast():                                  # the run's precision
-            ...                                               # the method's math
-        loss, grad_norm = run.update(loss, over=mask[rows])   # weighed by this process's share
+        for micro in run.micro_batches(rows):                 # gradient_accumulation_steps pieces of the batch
+            with run.autocast():                              # the run's precision
+                ...                                           # the method's math
+            run.backward(loss, over=mask[micro], of=mask[rows])  # weighed by its share of the step's batch
+        loss, grad_norm = run.step()                          # one optimizer step on the summed gradients
         run.add(loss=loss, grad_norm=grad_norm)               # per update: logged as the mean over the step's updates
         run.log(step, metrics)                                # + the loop's own state as keywords, e.g. ema=ema
     run.finish(model, tokenizer)                              # the last evaluation and the saved model
@@ -45,6 +47,7 @@ from minirlhf.trainers.run.checkpoint import (
 from minirlhf.trainers.run.guard import check_gradients, check_start_weights, check_weights
 from minirlhf.trainers.run.history import History, make_history, plain
 from minirlhf.trainers.run.manifest import record_files
+from minirlhf.trainers.run.schedule import scheduled_lr
 
 Config = TypeVar("Config")
 
@@ -164,7 +167,12 @@ class Run:
 
     Under several processes each one holds a share of every batch: `gather` puts the shares together into the
     global batch (for a statistic of the whole batch), `local` cuts this process's rows out of it again, and
-    `update` weighs the loss by the share. On one process all three change nothing.
+    `backward` weighs the loss by the share. On one process all three change nothing.
+
+    Gradient accumulation (config.gradient_accumulation_steps = k): the loop cuts each optimizer step's batch into
+    k micro-batches (`micro_batches`), runs `backward` on each, with the whole batch's normaliser (`of`), and
+    `step`s once: the same update as the one large batch, with the activations of one micro-batch in memory.
+    The learning rate of each step follows config.lr_schedule (`schedule.scheduled_lr`) and is logged as lr.
     """
 
     def __init__(
@@ -184,7 +192,9 @@ class Run:
         # `modules` are trained and checkpointed; `frozen` ones (p_ref, a reward model) are only fingerprinted
         self.checkpointer = Checkpointer(config, optimizer, rngs, runtime.scaler, frozen, **modules)
         self.start, logged, self.loop_state = self.checkpointer.resume()  # step 0, no rows, no state when fresh
-        self.history = make_history(config, callbacks, logged)
+        self.history = make_history(config, callbacks, logged, self.start)
+        self.lr = config.lr  # this step's learning rate (`steps` sets it by the schedule)
+        self._step_loss: torch.Tensor | float = 0.0  # Σ of the weighted micro-batch losses of this step
         self._sums: dict[str, float] = {}  # metric -> sum over this step's updates
         self._counts: dict[str, int] = {}  # metric -> how many updates logged it
 
@@ -193,8 +203,13 @@ class Run:
 
         A loop left by an exception (a reward that raised, Ctrl-C in a notebook) closes this generator, and the run
         lets go of its out_dir then: a run that died inside a live process does not lock its folder."""
+        total = total or self.config.steps
         try:
-            yield from progress(range(self.start, total or self.config.steps), self.config.progress, desc)
+            for step in progress(range(self.start, total), self.config.progress, desc):
+                self.lr = scheduled_lr(step, total, self.config.lr, self.config.lr_schedule, self.config.warmup_steps)
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.lr
+                yield step
         except GeneratorExit:
             self.release()
             raise
@@ -228,16 +243,33 @@ class Run:
             return {}
         return self._evaluate()
 
-    def update(self, loss: torch.Tensor, over: torch.Tensor | int, aggregation: str = "token-mean"):
-        """One optimisation step on `loss`: share -> backward -> unscale -> clip -> step (`optimizer_step`).
+    def micro_batches(self, rows: torch.Tensor | Sequence) -> list:
+        """`rows` (the rows of one optimizer step: a tensor of indices or a list) cut into
+        config.gradient_accumulation_steps consecutive micro-batches, empty ones left out (`[rows]` when k = 1)."""
+        k = self.config.gradient_accumulation_steps
+        pieces = [rows[len(rows) * i // k : len(rows) * (i + 1) // k] for i in range(k)]
+        return [piece for piece in pieces if len(piece)]
+
+    def backward(self, loss: torch.Tensor, over: torch.Tensor | int, aggregation: str = "token-mean",
+                 of: torch.Tensor | int | None = None) -> None:
+        """Backward of one micro-batch's loss, its gradients added to those of the step's earlier micro-batches.
 
         `over` is what the loss aggregates on this process: the (b, T) mask of its tokens (how they count:
-        `aggregation`, as in `losses.aggregate`), or its number of rows (a mean over pairs or examples). Under
-        several processes the loss is weighted by this process's share of the global batch (`Runtime.share`), so
-        that DDP's average of the gradients is the gradient of the loss over the global batch; on one process the
-        weight is 1 and nothing changes. Returns the weighted loss and the gradient norm before clipping."""
-        loss = loss * self.runtime.share(over, aggregation)
+        `aggregation`, as in `losses.aggregate`), or its number of rows (a mean over pairs or examples); `of` is the
+        same for this process's whole batch of the step (None: `over` is the whole, no accumulation). The loss is
+        weighted by its share of the step's global batch (`Runtime.share`): its count over the whole batch's, over
+        every process. So the summed gradients of the k micro-batches, averaged over the processes by DDP, are the
+        gradient of the one loss over the global batch; on one process without accumulation the weight is 1.
+        `step` returns the sum of the weighted losses: the loss of the whole batch."""
+        loss = loss * self.runtime.share(over, aggregation, of)
         self.runtime.backward(loss)
+        self._step_loss = self._step_loss + loss.detach()
+
+    def step(self) -> tuple[torch.Tensor | float, torch.Tensor]:
+        """One optimizer step on the gradients `backward` summed: unscale -> clip -> step (`optimizer_step`).
+        Returns the step's loss (the sum of its weighted micro-batch losses: the loss of the whole batch) and the
+        gradient norm before clipping."""
+        loss, self._step_loss = self._step_loss, 0.0
         return loss, optimizer_step(self.optimizer, self.params, self.config.max_grad_norm, self.runtime.scaler)
 
     def add(self, **metrics: float | torch.Tensor) -> None:
@@ -251,7 +283,7 @@ class Run:
         one is due, with the loop's own state (restored into `loop_state` on resume)."""
         means = {key: total / self._counts[key] for key, total in self._sums.items()}
         self._sums, self._counts = {}, {}
-        self.history.log(step, **self.runtime.reduce(metrics | means))
+        self.history.log(step, **self.runtime.reduce(metrics | means), lr=self.lr)
         self.checkpointer.save_if_due(step + 1, self.history, **loop_state)
 
     def finish(self, model: nn.Module | None = None, tokenizer=None, steps: int | None = None, folder: str = "model",

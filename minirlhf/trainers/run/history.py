@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from minirlhf.trainers.run.guard import finite_row
-from minirlhf.trainers.run.manifest import record_files
+from minirlhf.trainers.run.manifest import TENSORBOARD_FOLDER, record_files
 
 
 class History(list):
@@ -67,9 +67,34 @@ def plain(value: Any) -> Any:
     return value
 
 
+class TensorBoardWriter:
+    """A `History` callback that writes each new row's numbers as TensorBoard scalars (tag = the metric's name, e.g.
+    loss, eval/accuracy; x = the row's step) into `folder`: `tensorboard --logdir <out_dir>` draws them. A resumed
+    run starts at `start`: the events an interrupted run wrote from that step on are purged, as metrics.jsonl
+    drops its rows."""
+
+    def __init__(self, folder: Path, start: int = 0):
+        from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package (TrainConfig checks it)
+
+        self.writer = SummaryWriter(str(folder), purge_step=start or None)
+
+    def __call__(self, history: History) -> None:
+        row = history[-1]
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)):  # None: a non-finite value, flagged
+                self.writer.add_scalar(key, value, row["step"])
+        self.writer.flush()  # each row on disk as soon as it is logged, as in metrics.jsonl
+
+
 def make_history(
-    config: Any, callbacks: Sequence[Callable[[History], None]] = (), rows: Sequence[dict] = ()
+    config: Any, callbacks: Sequence[Callable[[History], None]] = (), rows: Sequence[dict] = (), start: int = 0
 ) -> History:
+    """The run's History: metrics.jsonl in config.out_dir (when there is one), and TensorBoard events beside it
+    when config.report_to is "tensorboard" (`TensorBoardWriter`; `start`: the step a resumed run continues at)."""
     path = Path(config.out_dir) / "metrics.jsonl" if config.out_dir else None
     record_files(config.out_dir, "metrics.jsonl")
+    if config.report_to == "tensorboard":
+        record_files(config.out_dir, TENSORBOARD_FOLDER)
+        # first, as metrics.jsonl: a row is on disk before a callback (a live plot) can fail
+        callbacks = [TensorBoardWriter(Path(config.out_dir) / TENSORBOARD_FOLDER, start), *callbacks]
     return History(path, callbacks, rows)

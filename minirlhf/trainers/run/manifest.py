@@ -31,9 +31,10 @@ from minirlhf.errors import CheckpointDamaged, UserError
 from minirlhf.tasks.registry import DEFAULT_TASK
 
 MANIFEST_FILE = "run.json"  # inside out_dir
+TENSORBOARD_FOLDER = "tensorboard"  # inside out_dir: the event files of report_to="tensorboard"
 # every name a run may write into its out_dir (and so the only names `files` may list, and --overwrite delete)
 RUN_FILES = (MANIFEST_FILE, "metrics.jsonl", "config.json", "model", "reward_model", "value_head.safetensors",
-             "checkpoints")
+             "checkpoints", TENSORBOARD_FOLDER)
 # the config fields that name what a run learns from: the one list (a config has those of its wing)
 DATA_FIELDS = ("pairs", "task", "prompts", "reward", "reward_weights")
 
