@@ -60,7 +60,7 @@ def run_seed(seed: int, settings: dict) -> dict:
 
     arms = {}
     for arm, fields in settings["arms"].items():
-        rng = random.Random(seed)  # the same prompts in every arm of a seed
+        rng = random.Random(seed)  # the same training prompts in every arm of a seed (held out: in the near arms)
         data = PreferenceData(answer_pairs("train", settings["pairs"]["train"], fields["rejected"], rng),
                               answer_pairs("test", settings["pairs"]["test"], fields["rejected"], rng))
         config = DPOConfig(model=settings["model"], seed=seed, rpo_alpha=fields["rpo_alpha"], eval_prompts=0,
