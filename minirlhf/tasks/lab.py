@@ -80,6 +80,18 @@ class LabConfig:
             raise ValueError(f"LabConfig.tolerance={self.tolerance!r} must be a whole number in 0..{MAX_TOLERANCE} "
                              f"(the tolerances the lab model's SFT data shows)")
 
+    def options(self) -> tuple[str, ...]:
+        """The knobs moved from their defaults, as NAME=VALUE strings (`--task-option`) that rebuild this config."""
+        moved = [f for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]
+        return tuple(f"{f.name}={_spelled(getattr(self, f.name))}" for f in moved)
+
+
+def _spelled(value: bool | int | float | tuple) -> str:
+    """A knob's value as an option writes it: true, 24, 0.5,0.5,0.0."""
+    if isinstance(value, tuple):
+        return ",".join(_spelled(item) for item in value)
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
 
 @dataclass(frozen=True)
 class LabProblem:
@@ -204,6 +216,7 @@ def task(config: LabConfig | None = None, **knobs) -> Task:
         reward_fn=lab_reward(config.filler),
         evaluate=lambda model, tokenizer: lab_metrics(model, tokenizer, config),
         max_new_tokens=config.max_new_tokens,
+        options=config.options(),
     )
 
 
