@@ -8,7 +8,7 @@ import json
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from minirlhf.checks import BOOL_WORDS
@@ -83,6 +83,7 @@ bad_values = {
 }
 
 
+@settings(suppress_health_check=[HealthCheck.too_slow])  # one strategy per knob: the first draws build them all
 @given(st.sampled_from(KNOBS).flatmap(lambda name: st.tuples(st.just(name), bad_values[name])))
 def test_a_bad_value_is_refused_naming_the_option_and_its_value(case):
     name, text = case
