@@ -9,6 +9,7 @@ Each check takes the argument's name and its value and raises a ValueError namin
     check_count("group_size", 1, minimum=2)        group_size must be an integer >= 2, got 1
     check_finite("reward_weights[0]", nan)         reward_weights[0] must be a finite number, got nan
     check_choice("loss_type", "x", ("sigmoid",))   loss_type must be one of: sigmoid; got 'x'
+    parse_bool("--debug", "maybe")                 --debug must be true or false (or yes/no, on/off, 1/0), got 'maybe'
 
 A check may say why the rule holds, in brackets before the value: check_count("top_k", -1, 0, why="0 = off") says
 top_k must be an integer >= 0 (0 = off), got -1.
@@ -83,3 +84,13 @@ def check_choice(name: str, value: Any, choices: Sequence[str], why: str = "") -
     """One of the named `choices` (a string setting such as a loss type)."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of: {', '.join(choices)}{_because(why)}; got {value!r}")
+
+
+BOOL_WORDS = {"true": True, "yes": True, "on": True, "1": True, "false": False, "no": False, "off": False, "0": False}
+
+
+def parse_bool(name: str, text: str) -> bool:
+    """An on/off setting written as text (a flag's value, a task's option): true/false, yes/no, on/off or 1/0."""
+    if text.strip().lower() not in BOOL_WORDS:
+        raise ValueError(f"{name} must be true or false (or yes/no, on/off, 1/0), got {text!r}")
+    return BOOL_WORDS[text.strip().lower()]

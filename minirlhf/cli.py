@@ -21,6 +21,8 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
+from minirlhf.checks import parse_bool
+
 
 def _field_type(tp: Any) -> tuple[type, bool]:
     """The concrete scalar type behind `int`, `float | None`, `str | None`, ..., and whether None is allowed."""
@@ -41,11 +43,10 @@ def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 
 
 def _parse_bool(text: str) -> bool:
-    if text.lower() in ("1", "true", "yes", "on"):
-        return True
-    if text.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+    try:
+        return parse_bool("the value", text)
+    except ValueError as err:  # argparse shows the message of this error type, with the flag
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def field_docs(config_cls: type) -> dict[str, str]:

@@ -1,13 +1,14 @@
-"""Build the lab model ("tiny-lab"): the shipped tiny GPT-2, its context widened to 128 positions, SFT'd on the lab
+"""Build the lab model ("tiny-lab"): the arithmetic SFT model, its context widened to 128 positions, SFT'd on the lab
 task (minirlhf.tasks.lab), written to data/tiny-gpt2-lab.
 
-    python scripts/build_lab_model.py        # a few minutes on 2 CPU cores
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py        # a few minutes on one CPU core
 
-The base is the pre-trained `tiny` model (scripts/build_tiny_model.py) with its tokenizer; the 64 new position
-embeddings start as GPT-2 initialises them. SFT imitates the lab demonstrations: easy, medium and hard problems in
-equal shares, each answer followed by a filler run of 0-30 tokens (a broad length distribution), with several right
-answers when the prompt allows them. Reproducible from the seed; the script prints the held-out metrics by
-difficulty class.
+The base is `tiny-sft` (scripts/build_sft_model.py: it already writes sums, "17+25=" -> "42") with its tokenizer;
+the 64 new position embeddings start as GPT-2 initialises them. SFT imitates the lab demonstrations: easy, medium
+and hard problems in the shares of `lab.SFT_WEIGHTS`, each answer followed by a filler run of 0-30 tokens (a broad
+length distribution), with several right answers when the prompt allows them. Long enough that easy prompts are
+almost always right and medium ones some of the time. Reproducible from the seed for the same torch version and
+thread count (the shipped model: one thread); the script prints the held-out metrics by difficulty class.
 """
 
 from __future__ import annotations
@@ -43,15 +44,15 @@ def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadMo
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED["tiny-lab"])
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     t0 = time.time()
-    base, tokenizer = load_model("tiny", device="cpu")
+    base, tokenizer = load_model("tiny-sft", device="cpu")
     model = widened(base, lab.LAB_CONTEXT, args.seed)
-    config = SFTConfig(model="tiny", steps=args.steps, lr=args.lr, seed=args.seed, eval_every=args.steps,
-                       device="cpu", progress=False)
+    config = SFTConfig(model="tiny-sft", steps=args.steps, lr=args.lr, seed=args.seed,
+                       eval_every=max(1, args.steps // 5), device="cpu", progress=False)
     model, tokenizer, history = train_sft(lab.sft_data(), config, model=model, tokenizer=tokenizer)
     for row in history:
         if any(key.startswith("eval/") for key in row):

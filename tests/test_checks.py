@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from minirlhf import losses
-from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
+from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive, parse_bool
 from minirlhf.course import bestofn, quiz, stats, toy
 from minirlhf.precision import PRECISIONS, resolve_precision
 from minirlhf.sampling import DECODERS, sample
@@ -67,6 +67,19 @@ def test_a_positive_hyperparameter_is_a_finite_number(value, message):
     with pytest.raises(ValueError, match=f"^{message}$"):
         check_positive("beta", value)
     check_positive("beta", 10**400)  # an int too large for a float is still a finite number
+
+
+ON, OFF = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+@given(st.one_of(st.text(max_size=6), st.sampled_from(ON + OFF).map(lambda w: f" {w.upper()} ")))
+def test_an_on_off_setting_reads_its_words_and_refuses_the_rest_naming_itself(text):
+    word = text.strip().lower()
+    if word in ON + OFF:
+        assert parse_bool("--debug", text) is (word in ON)
+    else:
+        with pytest.raises(ValueError, match=f"^--debug must be true or false .*, got {re.escape(repr(text))}$"):
+            parse_bool("--debug", text)
 
 
 @given(value=ANY_VALUE)

@@ -18,8 +18,7 @@ problem_kinds = st.sampled_from(lab.KINDS)
 @st.composite
 def lab_problems(draw):
     kind = draw(problem_kinds)
-    operands = lab.OPERANDS[kind]
-    a, b = draw(st.sampled_from(operands)), draw(st.sampled_from(operands))
+    a, b = draw(st.sampled_from(lab.pairs(kind)))
     return lab.LabProblem(kind, a, b, draw(st.integers(0, lab.MAX_TOLERANCE)))
 
 
@@ -83,6 +82,14 @@ def test_tolerance_reaches_the_prompts_and_the_cap_the_budget():
     assert all("~2=" in p for p in task.train_prompts(20, random.Random(1)))
 
 
+def test_each_kind_holds_the_problems_its_docstring_names():
+    assert all(10 <= a < 100 and b < 10 and a % 10 + b < 10 for a, b in lab.pairs("easy"))
+    for kind in ("medium", "hard"):
+        assert lab.pairs(kind) == [(a, b) for a in range(10, 100) for b in range(10, 100)]
+    assert [lab.parse_prompt(f"{a}{lab.OPERATOR[k]}{b}=").kind for k in lab.KINDS for a, b in lab.pairs(k)[:50]] == [
+        k for k in lab.KINDS for _ in range(50)]
+
+
 def test_held_out_problems_never_reach_training():
     for kind in lab.KINDS:
         test = set(lab.problems(kind, "test"))
@@ -103,6 +110,19 @@ def test_sft_demonstrations_are_right_and_spread_in_length():
 
 def test_the_lab_is_a_shipped_task_name():
     assert TASKS["lab"]().name == "lab" and SFT_DATA["lab"]().examples
+
+
+@pytest.mark.skipif(not (SHIPPED["tiny-lab"] / "config.json").exists(), reason="run scripts/build_lab_model.py")
+def test_the_lab_model_solves_easy_prompts_mostly_medium_ones_sometimes_hard_ones_never():
+    """The difficulty mix the effects need, in the lab model's own terms (held-out, one answer each at temperature
+    1), with its broad length distribution: filler runs of 0-30 tokens after the answer."""
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny-lab", device="cpu")
+    metrics = lab.lab_metrics(model, tokenizer, lab.LabConfig())
+    assert metrics["accuracy/easy"] >= 0.8 and 0.2 <= metrics["accuracy/medium"] <= 0.65, metrics
+    assert metrics["accuracy/hard"] <= 0.05 and 15 <= metrics["response_length"] <= 22, metrics
+    assert lab.lab_metrics(model, tokenizer, lab.LabConfig(tolerance=2))["accuracy/medium"] >= 0.2
 
 
 @pytest.mark.skipif(not (SHIPPED["tiny-lab"] / "config.json").exists(), reason="run scripts/build_lab_model.py")

@@ -5,6 +5,7 @@ The contract lives here: a `Task` (prompts, a `RewardFn`, a budget, an `Evaluati
 
 - `arithmetic`: the verifiable-reward task (exact-answer reward) for REINFORCE/RLOO, PPO and GRPO.
 - `reviews` + `sentiment`: the preference task (continue a review positively), scored by VADER.
+- `lab`: a task family with knobs (difficulty mix, free length, response cap, several right answers).
 """
 
 from __future__ import annotations
@@ -46,6 +47,9 @@ class Task:
     # the models its reward reads (a learned reward model), by name: a run records their weights' fingerprints and
     # refuses a resume whose task brings other weights
     models: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # the knobs a shipped task was made with, NAME=VALUE each (`registry.TASK_OPTIONS`): a run records them beside
+    # the name, so that the name rebuilds this task on resume; () for a task at its defaults or without knobs
+    options: tuple[str, ...] = ()
 
 
 class WeightedReward:

@@ -2,7 +2,7 @@
 
 Three kinds of problem, one per difficulty class of the lab model (`load_model("tiny-lab")`):
 
-    easy     "3+4="      one-digit sums: the SFT model almost always solves them
+    easy     "23+4="     a two-digit and a one-digit number, no carry: the SFT model almost always solves them
     medium   "17+25="    two-digit sums: it solves them some of the time
     hard     "17*25="    two-digit products: it almost never does
 
@@ -41,7 +41,9 @@ from minirlhf.tasks.pass_at_k import check_ks, count_correct, mean_pass_at_k
 
 KINDS = ("easy", "medium", "hard")
 OPERATOR = {"easy": "+", "medium": "+", "hard": "*"}
-OPERANDS = {"easy": range(10), "medium": range(10, 100), "hard": range(10, 100)}
+OPERANDS = {"easy": (range(10, 100), range(10)), "medium": (range(10, 100), range(10, 100)),
+            "hard": (range(10, 100), range(10, 100))}  # (first, second) operands of each kind
+SFT_WEIGHTS = (1, 1, 1)  # relative shares of easy, medium and hard problems in the SFT demonstrations
 FILLER = "."  # one token of the tiny tokenizer; a run of them is one token each
 MAX_FILLER = 30  # the SFT data's filler runs are uniform in 0..MAX_FILLER tokens
 MAX_TOLERANCE = 3  # the largest tolerance the SFT data shows
@@ -81,6 +83,18 @@ class LabConfig:
             raise ValueError(f"LabConfig.tolerance={self.tolerance!r} must be a whole number in 0..{MAX_TOLERANCE} "
                              f"(the tolerances the lab model's SFT data shows)")
 
+    def options(self) -> tuple[str, ...]:
+        """The knobs moved from their defaults, as NAME=VALUE strings (`--task-option`) that rebuild this config."""
+        moved = [f for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]
+        return tuple(f"{f.name}={_spelled(getattr(self, f.name))}" for f in moved)
+
+
+def _spelled(value: bool | int | float | tuple) -> str:
+    """A knob's value as an option writes it: true, 24, 0.5,0.5,0.0."""
+    if isinstance(value, tuple):
+        return ",".join(_spelled(item) for item in value)
+    return str(value).lower() if isinstance(value, bool) else repr(value)
+
 
 @dataclass(frozen=True)
 class LabProblem:
@@ -110,7 +124,7 @@ def parse_prompt(prompt: str) -> LabProblem:
         raise ValueError(f"{prompt!r} is not a lab prompt (a+b=, a*b=, or either with ~d before the =)")
     a, op, b, tolerance = match.groups()
     a, b = int(a), int(b)
-    kind = "hard" if op == "*" else ("easy" if a < 10 and b < 10 else "medium")
+    kind = "hard" if op == "*" else ("easy" if b < 10 else "medium")
     return LabProblem(kind, a, b, int(tolerance or 0))
 
 
@@ -144,11 +158,17 @@ def split_of(kind: str, a: int, b: int) -> str:
     return "test" if digest[0] < 256 * TEST_FRACTION else "train"
 
 
+def pairs(kind: str) -> list[tuple[int, int]]:
+    """Every (a, b) of one kind, in a fixed order: its operands (`OPERANDS`), and for easy sums no carry (the units
+    digits add up to at most 9)."""
+    firsts, seconds = OPERANDS[kind]
+    return [(a, b) for a in firsts for b in seconds if kind != "easy" or a % 10 + b < 10]
+
+
 @functools.cache
 def problems(kind: str, split: str) -> tuple[LabProblem, ...]:
     """Every problem of one kind and split (tolerance 0), in a fixed order."""
-    pairs = ((a, b) for a in OPERANDS[kind] for b in OPERANDS[kind])
-    return tuple(LabProblem(kind, a, b) for a, b in pairs if split_of(kind, a, b) == split)
+    return tuple(LabProblem(kind, a, b) for a, b in pairs(kind) if split_of(kind, a, b) == split)
 
 
 def draw_problems(config: LabConfig, split: str, n: int, rng: random.Random) -> list[LabProblem]:
@@ -158,13 +178,13 @@ def draw_problems(config: LabConfig, split: str, n: int, rng: random.Random) -> 
 
 
 def sft_examples(n: int = 60_000, seed: int = 0) -> list[tuple[str, str]]:
-    """(prompt, completion) demonstrations from the train split: kinds uniform, a filler run of 0..MAX_FILLER
-    tokens after the answer (uniform: a broad length distribution), tolerance 0 half the time and 1..MAX_TOLERANCE
-    otherwise, with the answer uniform over the right ones (a broad answer distribution)."""
+    """(prompt, completion) demonstrations from the train split: kinds in the shares of SFT_WEIGHTS, a filler run of
+    0..MAX_FILLER tokens after the answer (uniform: a broad length distribution), tolerance 0 half the time and
+    1..MAX_TOLERANCE otherwise, with the answer uniform over the right ones (a broad answer distribution)."""
     rng = random.Random(seed)
     examples = []
     for _ in range(n):
-        kind = rng.choice(KINDS)
+        kind = rng.choices(KINDS, weights=SFT_WEIGHTS)[0]
         tolerance = 0 if rng.random() < 0.5 else rng.randint(1, MAX_TOLERANCE)
         problem = dataclasses.replace(rng.choice(problems(kind, "train")), tolerance=tolerance)
         examples.append((problem.prompt, str(rng.choice(problem.answers)) + FILLER * rng.randint(0, MAX_FILLER)))
@@ -224,6 +244,7 @@ def task(config: LabConfig | None = None, **knobs) -> Task:
         reward_fn=lab_reward(config.filler),
         evaluate=lambda model, tokenizer: lab_metrics(model, tokenizer, config),
         max_new_tokens=config.max_new_tokens,
+        options=config.options(),
     )
 
 

@@ -1,8 +1,10 @@
 """The shipped tasks and pair sets by name, and the task a run's config names.
 
-A config records what its run learns from as plain values (`task`, `prompts`, `reward`, `reward_weights`), so that
-`config.json` keeps it and a resume restores it; `resolve_task` and `resolve_sft_data` turn those values into the
-`Task` (or `SFTData`) the trainer reads, the same for the command line and the Python API.
+A config records what its run learns from as plain values (`task`, `task_option`, `prompts`, `reward`,
+`reward_weights`), so that `config.json` keeps it and a resume restores it; `resolve_task` and `resolve_sft_data`
+turn those values into the `Task` (or `SFTData`) the trainer reads, the same for the command line and the Python API.
+A shipped task with knobs (the lab) takes them as NAME=VALUE strings (`--task-option mix=0.5,0.5,0`), each parsed by
+the type of its field in the task's config class (`TASK_OPTIONS`), which checks them.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from minirlhf.checks import parse_bool
 from minirlhf.data import Evaluation, PreferenceData, PreferencePair, SFTData, preference_data
 from minirlhf.errors import UserError, raised_at
 from minirlhf.tasks import Task, arithmetic, lab, sentiment
@@ -24,6 +28,9 @@ TASKS: dict[str, Callable[[], Task]] = {
 }
 # tasks a name cannot rebuild (their reward is a model): a run that learned from one resumes given the Task again
 MADE_IN_PYTHON = {sentiment.LEARNED_REWARD_TASK: "minirlhf.tasks.sentiment.sentiment_task(reward_model)"}
+# the shipped tasks with knobs: each --task-option NAME=VALUE sets a field of this config class, made by the task's
+# function as its one argument
+TASK_OPTIONS: dict[str, type] = {"lab": lab.LabConfig}  # each with .options(): its moved knobs as NAME=VALUE
 SFT_DATA: dict[str, Callable[[], SFTData]] = {"arithmetic": arithmetic.sft_data, "lab": lab.sft_data}
 # a shipped pair set -> its sampling evaluation (model, tokenizer, ref_model=, n_prompts=, ...) -> dict (DPO)
 PAIR_EVALUATIONS: dict[str, Evaluation] = {"sentiment": sentiment.evaluate_sentiment}
@@ -31,15 +38,69 @@ PAIR_EVALUATIONS: dict[str, Evaluation] = {"sentiment": sentiment.evaluate_senti
 
 def resolve_task(config: Any) -> Task:
     """The `Task` of an online config: `config.prompts` scored by the `config.reward` functions (weighted by
-    `config.reward_weights`), else `config.task`: a shipped name or a module:function / path.py:function that
-    returns a Task (default: arithmetic). A ValueError says what is wrong."""
+    `config.reward_weights`), else `config.task`: a shipped name (its knobs set by `config.task_option`) or a
+    module:function / path.py:function that returns a Task (default: arithmetic). A ValueError says what is wrong."""
     _check_task_fields(config.task, config.prompts, config.reward, config.reward_weights)
     if config.prompts and not config.reward:
         raise ValueError("--prompts needs at least one --reward module:function to score the completions")
     if config.prompts:
         rewards = [load_object(spec, "reward function") for spec in config.reward]
         return prompts_task(config.prompts, rewards, config.reward_weights)
-    return _made(config.task or DEFAULT_TASK, TASKS, Task)
+    name = config.task or DEFAULT_TASK
+    if name in TASK_OPTIONS:
+        return TASKS[name](TASK_OPTIONS[name](**task_options(name, config.task_option)))
+    return _made(name, TASKS, Task)
+
+
+def task_options(task: str | None, options: Sequence[str] | None) -> dict[str, Any]:
+    """The knobs that `options` set: ["mix=0.5,0.5,0", "max_new_tokens=24"] -> {"mix": (0.5, 0.5, 0.0),
+    "max_new_tokens": 24}, each value parsed by the type of its field in the task's config class (`TASK_OPTIONS`)
+    and checked by that class. A ValueError names the option and its value; {} when none are given."""
+    if not options:
+        return {}
+    name = task or DEFAULT_TASK
+    if name not in TASK_OPTIONS:
+        raise ValueError(f"--task-option {options[0]!r}: task {name!r} takes no options (the tasks that take them: "
+                         f"{', '.join(TASK_OPTIONS)})")
+    config_cls = TASK_OPTIONS[name]
+    types = typing.get_type_hints(config_cls)
+    values: dict[str, Any] = {}
+    for option in options:
+        key, sep, text = option.partition("=")
+        if not sep or key not in types:
+            raise ValueError(f"--task-option {option!r} must be NAME=VALUE, NAME one of the {name} task's knobs: "
+                             f"{', '.join(types)}")
+        if key in values:
+            raise ValueError(f"--task-option {option!r}: {key} is given twice")
+        try:
+            values[key] = _option_value(types[key], text)
+            config_cls(**{key: values[key]})  # each knob checked alone, so that the error names its option
+        except ValueError as err:
+            raise ValueError(f"--task-option {option!r}: {err}") from None
+    return values
+
+
+def canonical_task_options(task: str | None, options: Sequence[str] | None) -> list[str] | None:
+    """`options` in one spelling, in the knobs' order, without those left at their defaults (None when no knob is
+    moved): two runs set the same knobs exactly when these are equal ("mix=.5,.5,0" and "mix=0.5,0.5,0.0" are one)."""
+    values = task_options(task, options)
+    moved = TASK_OPTIONS[task or DEFAULT_TASK](**values).options() if values else ()
+    return list(moved) or None
+
+
+def _option_value(declared: Any, text: str) -> Any:
+    """One knob's value from its text, by the type its field declares: a bool (true/false), an int, a float, or a
+    tuple of them written with commas ("0.5,0.5,0")."""
+    if typing.get_origin(declared) is tuple:
+        item = typing.get_args(declared)[0]
+        return tuple(_option_value(item, part) for part in text.split(","))
+    if declared is bool:
+        return parse_bool("the value", text)
+    try:
+        return declared(text.strip())
+    except ValueError:
+        what = {int: "a whole number", float: "a number"}.get(declared, f"a {declared.__name__}")
+        raise ValueError(f"the value must be {what}, got {text!r}") from None
 
 
 def resolve_sft_data(config: Any) -> SFTData:

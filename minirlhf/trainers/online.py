@@ -30,7 +30,7 @@ from minirlhf.losses import informative_groups, kl_k1, masked_sum
 from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode, frozen_copy
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, WeightedReward, call_reward, draw_prompts, reward_name, with_reward
-from minirlhf.tasks.registry import resolve_task
+from minirlhf.tasks.registry import canonical_task_options, resolve_task, task_options
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.config import (
     TrainConfig,
@@ -63,9 +63,12 @@ class OnlineConfig(TrainConfig):
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
     # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped task
-    # (arithmetic; sentiment: VADER is the reward) or a module:function / path.py:function of yours that returns a
-    # Task; None = arithmetic, unless prompts are given
-    task: str | None = with_metavar(None, "arithmetic|sentiment|module:function|path.py:function")
+    # (arithmetic; sentiment: VADER is the reward; lab: the lab's task family) or a module:function / path.py:function
+    # of yours that returns a Task; None = arithmetic, unless prompts are given
+    task: str | None = with_metavar(None, "arithmetic|sentiment|lab|module:function|path.py:function")
+    # a shipped task's knobs, NAME=VALUE each (the lab's: mix=0.25,0.5,0.25 filler=true max_new_tokens=40
+    # tolerance=0, as in minirlhf.tasks.lab.LabConfig); config.json keeps them, and a resume refuses other ones
+    task_option: list[str] | None = with_metavar(None, "NAME=VALUE")
     # your prompts instead of a task: a FILE.jsonl or a dataset name, one object per row with a "prompt"; its other
     # fields reach the reward functions as keyword lists
     prompts: str | None = with_metavar(None, "FILE.jsonl|dataset-name")
@@ -99,6 +102,10 @@ class OnlineConfig(TrainConfig):
             raise ValueError(f"{type(self).__name__}.overlong_weight={self.overlong_weight!r} weighs the soft overlong "
                              "penalty, which is off (overlong_cache = 0): give overlong_cache too, or drop it")
         require_choice(self, "decoder", DECODERS)
+        if self.task_option and self.prompts:
+            raise ValueError(f"--task-option {self.task_option[0]!r} sets a knob of a shipped --task (lab); --prompts "
+                             "has none")
+        task_options(self.task, self.task_option)  # each knob parsed and checked, before anything is loaded
         if self.max_new_tokens is not None:
             require_positive(self, "max_new_tokens")  # 0 is refused, not read as "the task's default" (None)
             if self.overlong_cache > self.max_new_tokens:
@@ -120,13 +127,18 @@ class OnlineConfig(TrainConfig):
 
 
 def online_task(task: Task | None, config: OnlineConfig) -> tuple[Task, OnlineConfig]:
-    """The task to learn from and the config that records it: the `task` given (its name goes into config.task
-    when the config names none, so that a resume can compare), else the one config.task or config.prompts names
-    (`tasks.registry.resolve_task`)."""
+    """The task to learn from and the config that records it: the `task` given (its name and knobs go into
+    config.task and config.task_option when the config names none, so that a resume can compare), else the one
+    config.task or config.prompts names (`tasks.registry.resolve_task`). A task given under the name the config
+    records must have the knobs it records too."""
     if task is None:
         task = resolve_task(config)
     elif config.task is None and config.prompts is None:
-        config = dataclasses.replace(config, task=task.name)
+        config = dataclasses.replace(config, task=task.name, task_option=list(task.options) or None)
+    elif config.task == task.name and canonical_task_options(task.name, config.task_option) != (
+            list(task.options) or None):
+        raise ValueError(f"the task {task.name!r} given has the knobs {list(task.options)}, the config records "
+                         f"task_option={config.task_option!r}: give the task the config's knobs, or start a new run")
     return task, config
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from minirlhf.data import PREFERENCE_DATASETS
 from minirlhf.errors import CheckpointDamaged, UserError
-from minirlhf.tasks.registry import DEFAULT_TASK
+from minirlhf.tasks.registry import DEFAULT_TASK, canonical_task_options
 
 MANIFEST_FILE = "run.json"  # inside out_dir
 TENSORBOARD_FOLDER = "tensorboard"  # inside out_dir: the event files of report_to="tensorboard"
@@ -36,16 +36,20 @@ TENSORBOARD_FOLDER = "tensorboard"  # inside out_dir: the event files of report_
 RUN_FILES = (MANIFEST_FILE, "metrics.jsonl", "config.json", "model", "reward_model", "value_head.safetensors",
              "checkpoints", TENSORBOARD_FOLDER)
 # the config fields that name what a run learns from: the one list (a config has those of its wing)
-DATA_FIELDS = ("pairs", "task", "prompts", "reward", "reward_weights")
+DATA_FIELDS = ("pairs", "task", "task_option", "prompts", "reward", "reward_weights")
 
 
 def data_identity(config_dict: dict[str, Any]) -> dict[str, Any]:
     """What a run learns from: the config's data fields (those it has) and their values, with the default task
-    spelled out (a config with a task field that names no task and no prompts learns from DEFAULT_TASK). Two runs
-    learn from the same data exactly when these are equal (data files compared by absolute path)."""
+    spelled out (a config with a task field that names no task and no prompts learns from DEFAULT_TASK) and the
+    task's knobs in one spelling (`canonical_task_options`). Two runs learn from the same data exactly when these
+    are equal (data files compared by absolute path)."""
     identity = {name: config_dict[name] for name in DATA_FIELDS if name in config_dict}
     if "task" in identity and identity["task"] is None and not identity.get("prompts"):
         identity["task"] = DEFAULT_TASK
+    options = canonical_task_options(identity.get("task"), identity.pop("task_option", None))
+    if options:  # knobs left at their defaults are no knobs: such a run learns from the task as it comes
+        identity["task_option"] = options
     return absolute_data_paths(identity)
 
 
@@ -106,7 +110,7 @@ def _path_of(value: Any, field: str, modules: bool = True) -> Path | None:
     """The file or folder a data value names: a path (a folder for FOLDER_FIELDS only), the file of
     `path.py:function`, or (`modules`) the source file of the module of `package.module:function`, so that an edit
     of it is seen too."""
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str) or not value or field == "task_option":  # a task's knobs never name a file
         return None
     where, sep, _ = value.rpartition(":")
     candidate = Path(where if sep and where.endswith(".py") else value).expanduser()
