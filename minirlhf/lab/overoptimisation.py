@@ -33,7 +33,7 @@ def settings(quick: bool) -> dict:
             "reward_model": {"steps": 2 if quick else 60, "lr": 1e-3, "batch_size": 16},
             "held_out_pairs": 16 if quick else 300,  # of the shipped test pairs: each proxy's accuracy
             "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min"},
-            "grpo": {"steps": 2 if quick else 80, "lr": 3e-4, "beta": 0.0, "prompts_per_step": 2 if quick else 8,
+            "grpo": {"steps": 2 if quick else 80, "lr": 6e-4, "beta": 0.0, "prompts_per_step": 2 if quick else 8,
                      "group_size": 4 if quick else 8, "epochs": 1, "scale": "group"},
             "evaluation": {"every": 1 if quick else 10, "prompts": 4 if quick else 32, "samples": 2 if quick else 4}}
 
@@ -64,14 +64,15 @@ def train_proxy(pairs: list, seed: int, settings: dict):
 class HeldOut:
     """The evaluation a run calls every few steps: `prompts` held-out openings, `samples` continuations each, drawn
     with the same random numbers every time. Keeps, per evaluation, each opening's mean gold (VADER) and the means
-    of the proxy and of KL(p_θ || p_ref) = Σ_t log p_θ/p_ref on those samples (k1, summed per continuation)."""
+    of the proxy and of KL(p_θ || p_ref) = Σ_t log p_θ/p_ref on those samples (k1, summed per continuation), and
+    the latest evaluation's first continuation of the first four openings (what the policy now writes)."""
 
     def __init__(self, proxy, reference, evaluation: dict):
         from minirlhf.tasks.reviews import sentiment_prompts
 
         self.proxy, self.reference, self.samples = proxy, reference, evaluation["samples"]
         self.prompts = sentiment_prompts("test", evaluation["prompts"])
-        self.gold, self.proxy_mean, self.kl = [], [], []
+        self.gold, self.proxy_mean, self.kl, self.latest = [], [], [], []
 
     def __call__(self, model, tokenizer) -> dict[str, float]:
         import torch
@@ -90,6 +91,8 @@ class HeldOut:
         self.gold.append(gold.mean(1).tolist())  # (prompts,) each opening's mean gold
         self.proxy_mean.append(statistics.fmean(self.proxy.score(rollout.prompts, rollout.completions)))
         self.kl.append(float(kl.mean()))
+        self.latest = [prompt + completion for prompt, completion in
+                       zip(rollout.prompts[:: self.samples][:4], rollout.completions[:: self.samples][:4], strict=True)]
         return {"gold": statistics.fmean(self.gold[-1]), "proxy": self.proxy_mean[-1], "kl": self.kl[-1]}
 
 
@@ -106,7 +109,8 @@ def rl_run(proxy, settings: dict, seed: int) -> dict:
                         **settings["grpo"])
     _, _, history = train_grpo(task, config)
     steps = [row["step"] for row in history if "eval/gold" in row]
-    return {"steps": steps, "kl": held_out.kl, "proxy": held_out.proxy_mean} | turn(held_out.gold)
+    return {"steps": steps, "kl": held_out.kl, "proxy": held_out.proxy_mean, "last_texts": held_out.latest} | turn(
+        held_out.gold)
 
 
 def turn(gold: list[list[float]]) -> dict:
