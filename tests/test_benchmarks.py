@@ -118,16 +118,19 @@ def test_grpo_variants_quick(tmp_path):
 def test_phenomena_quick(tmp_path):
     stdout = run_quick("phenomena.py", tmp_path)
     report = json.loads((tmp_path / "phenomena.json").read_text())
-    assert set(report["effects"]) == {"a", "b", "f", "g"} and report["seeds"] == [0]
+    assert set(report["effects"]) == {"a", "b", "e", "f", "g"} and report["seeds"] == [0]
     for key, effect in report["effects"].items():
         assert (tmp_path / f"phenomena_{key}.png").stat().st_size > 0, key
         assert effect["criterion"] and isinstance(effect["shows"], bool), key
         (seed,) = effect["seeds"]
         assert seed["wall_s"] > 0 and len(seed["load_before"]) == 3 and isinstance(seed["holds"], bool), key
-        assert effect["settings"]["model"] == {"g": "tiny-sft"}.get(key, "tiny-lab"), key  # (g) runs on arithmetic
+        # (e) runs on the review model, (g) on arithmetic: their settings name their own model and task
+        assert effect["settings"]["model"] == {"e": "tiny", "g": "tiny-sft"}.get(key, "tiny-lab"), key
     lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]
     assert len(lengths["wrong_length"]) == report["effects"]["a"]["settings"]["grpo"]["steps"]  # one entry a step
     assert 0.0 <= report["effects"]["g"]["seeds"][0]["arms"]["eps=inf"]["final_accuracy"] <= 1.0
     displacement = report["effects"]["f"]["seeds"][0]["arms"]["DPO"]
     assert len(displacement["chosen_shift"]) == report["effects"]["f"]["settings"]["dpo"]["steps"]  # one a step
+    weak = report["effects"]["e"]["seeds"][0]["arms"]["weak"]
+    assert len(weak["gold"]) == len(weak["kl"]) == len(weak["steps"]) and weak["fall"] >= 0  # gold at each evaluation
     assert "shows=" in stdout

@@ -11,6 +11,9 @@ completion). With causal attention only that position has read the whole of x an
 
 Only differences RM(x, y_w) - RM(x, y_l) are ever trained, so the scale's zero point is arbitrary: a constant
 added to every score changes nothing. The head starts at zero, so every pair starts at σ(0) = 50%.
+
+Several reward models score as one through `RewardEnsemble` (mean, worst case, or mean minus the members'
+disagreement: `ensemble_reward`), the defence against over-optimising one model's mistakes (Coste et al., 2023).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import AutoModel, PreTrainedTokenizerBase
 
+from minirlhf.checks import check_choice, check_non_negative
 from minirlhf.data import PreferenceData, PreferencePair, encode_preference_pairs, encode_prompt_completion
 from minirlhf.logprobs import position_ids_from_mask
 from minirlhf.losses import bradley_terry_loss, pair_accuracy
@@ -31,6 +35,7 @@ from minirlhf.trainers.preference import PreferenceConfig, PreferenceRun, prefer
 from minirlhf.trainers.run import held_out_metrics
 
 HEAD_FILE = "reward_head.safetensors"
+ENSEMBLE_RULES = ("mean", "min", "mean-std", "mean-var")  # how `ensemble_reward` turns K scores into one
 
 
 class RewardModel(nn.Module):
@@ -110,6 +115,84 @@ class RewardModel(nn.Module):
         model = cls(backbone, tokenizer)
         model.head.load_state_dict(load_file(str(directory / HEAD_FILE)))
         return model.to(device).eval()
+
+
+def ensemble_reward(scores: torch.Tensor, rule: str = "min", lam: float = 1.0) -> torch.Tensor:
+    """One reward from the scores R_k(x, y) of K reward models, (K, B) -> (B,) (Coste et al., 2023, arXiv:2310.02743):
+
+        mean       R = R̄ = (1/K) Σ_k R_k
+        min        R = min_k R_k                                worst-case optimisation (WCO)
+        mean-var   R = R̄ - λ · (1/K) Σ_k (R_k - R̄)²              uncertainty-weighted optimisation (UWO)
+        mean-std   R = R̄ - λ · sqrt((1/K) Σ_k (R_k - R̄)²)        the same penalty, in the reward's own units
+
+    The conservative rules (min, mean-var, mean-std) pay less where the members disagree, which is where a policy
+    lands when it exploits one member's mistakes. The members' scales must be comparable (`RewardEnsemble`
+    standardises them); with K = 1 every rule is R_1.
+    """
+    check_choice("rule", rule, ENSEMBLE_RULES)
+    check_non_negative("lam", lam)
+    if scores.dim() != 2 or scores.shape[0] == 0:
+        raise ValueError(f"scores must be (K, B) with K >= 1 reward models, got shape {tuple(scores.shape)}")
+    mean = scores.mean(0)  # (B,) R̄
+    variance = ((scores - mean) ** 2).mean(0)  # (B,) (1/K) Σ_k (R_k - R̄)², the population variance
+    if rule == "min":
+        return scores.min(0).values
+    if rule == "mean-var":
+        return mean - lam * variance
+    if rule == "mean-std":
+        return mean - lam * variance.sqrt()
+    return mean
+
+
+class RewardEnsemble(nn.Module):
+    """K reward models that score as one, R(x, y) = `ensemble_reward` of their standardised scores; it takes a
+    `RewardModel`'s place wherever one is read through `.score` (`sentiment_task(ensemble)`).
+
+        ensemble = RewardEnsemble([rm_1, rm_2, rm_3, rm_4], rule="min").standardise(prompts, completions)
+        ensemble.score(prompts, completions)                 # texts -> list of floats
+        ensemble.member_scores(prompts, completions)         # (K, B), each member standardised
+
+    Bradley-Terry fixes neither a reward model's zero point nor, across models, its scale, so a minimum over raw
+    scores would follow whichever member happens to sit lowest. `standardise` measures each member on reference
+    texts (samples of p_ref, such as the texts of its preference pairs) and from then on member k scores
+    (RM_k - μ_k) / σ_k, with μ_k and σ_k its mean and standard deviation there (0 and 1 until then).
+    """
+
+    def __init__(self, members: list[nn.Module], rule: str = "min", lam: float = 1.0,
+                 tokenizer: PreTrainedTokenizerBase | None = None):
+        super().__init__()
+        if not members:
+            raise ValueError("RewardEnsemble needs at least one member, got an empty list")
+        check_choice("rule", rule, ENSEMBLE_RULES)
+        check_non_negative("lam", lam)
+        self.members, self.rule, self.lam = nn.ModuleList(members), rule, lam
+        self.tokenizer = tokenizer or getattr(members[0], "tokenizer", None)
+        self.register_buffer("offset", torch.zeros(len(members)))  # (K,) μ_k
+        self.register_buffer("scale", torch.ones(len(members)))  # (K,) σ_k
+
+    @torch.no_grad()
+    def standardise(self, prompts: list[str], completions: list[str]) -> RewardEnsemble:
+        """Measure μ_k and σ_k of every member on these reference texts (at least two); returns the ensemble."""
+        if len(prompts) < 2:
+            raise ValueError(f"standardise needs at least 2 reference texts to measure a spread, got {len(prompts)}")
+        raw = self._raw_scores(prompts, completions)  # (K, B)
+        self.offset.copy_(raw.mean(1))
+        self.scale.copy_(raw.std(1).clamp_min(1e-6))
+        return self
+
+    def _raw_scores(self, prompts, completions, tokenizer=None) -> torch.Tensor:
+        tokenizer = tokenizer or self.tokenizer
+        return torch.tensor([m.score(prompts, completions, tokenizer=tokenizer) for m in self.members])  # (K, B)
+
+    @torch.no_grad()
+    def member_scores(self, prompts: list[str], completions: list[str], tokenizer=None) -> torch.Tensor:
+        """(K, B): (RM_k(x, y) - μ_k) / σ_k of each member on each prompt + completion."""
+        raw = self._raw_scores(prompts, completions, tokenizer)
+        return (raw - self.offset.cpu()[:, None]) / self.scale.cpu()[:, None]
+
+    def score(self, prompts: list[str], completions: list[str], tokenizer=None) -> list[float]:
+        """R(x, y) of each prompt + completion: the members' standardised scores combined by `self.rule`."""
+        return ensemble_reward(self.member_scores(prompts, completions, tokenizer), self.rule, self.lam).tolist()
 
 
 @dataclass

@@ -1,0 +1,184 @@
+"""(e) Over-optimisation under RL: the proxy reward rises, the gold score rises then falls; the weaker proxy turns
+earlier; an ensemble of reward models moves the peak (Gao et al., 2022; Coste et al., 2023).
+
+The preference task of the course: continue a review opening positively. VADER (the third-party scorer that
+labelled the shipped pairs) is the gold; the proxy is a Bradley-Terry reward model learned from gold-labelled
+pairs, and GRPO at β = 0 maximises the proxy alone. The knob is the proxy's strength: a weak one learns from 250
+pairs with a quarter of the labels flipped (Coste et al.'s 25 % noise), a strong one from all 2000 clean pairs.
+A proxy has blind spots where it learned a word and not the sentence ("worth every minute" is praise, "every
+minute" alone is not): RL finds them, and the weaker the proxy, the sooner. The ensemble arm scores with four
+reward models trained like the weak one (same pairs, four seeds), combined by `ensemble_reward`.
+
+Every few steps the policy continues the same held-out openings with the same random numbers, and the gold (VADER),
+the proxy (what the run optimises) and KL(p_θ || p_ref) are measured on those samples. Gold's standard error is
+over the openings; a fall is compared with the standard error of the paired difference (the same openings at the
+peak and at the end). The policy is the tiny review model ("tiny"), whatever the lab's --model says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import statistics
+
+from minirlhf.lab.effect import RUN, Effect
+
+POLICY = "tiny"  # the review model every run starts from, and the reward models' backbone
+
+
+def settings(quick: bool) -> dict:
+    return {"model": POLICY,
+            "proxies": {"weak": {"pairs": 250, "noise": 0.25}, "strong": {"pairs": 2000, "noise": 0.0}},
+            "reward_model": {"steps": 2 if quick else 60, "lr": 1e-3, "batch_size": 16},
+            "held_out_pairs": 16 if quick else 300,  # of the shipped test pairs: each proxy's accuracy
+            "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min"},
+            "grpo": {"steps": 2 if quick else 80, "lr": 6e-4, "beta": 0.0, "prompts_per_step": 2 if quick else 8,
+                     "group_size": 4 if quick else 8, "epochs": 1, "scale": "group"},
+            "evaluation": {"every": 1 if quick else 10, "prompts": 4 if quick else 32, "samples": 2 if quick else 4}}
+
+
+def proxy_pairs(spec: dict, seed: int) -> list:
+    """The proxy's training pairs: `pairs` of the shipped 2000 (drawn by `seed`), a share `noise` of them with
+    chosen and rejected swapped (a labeller who disagrees with the gold)."""
+    from minirlhf.data import load_preference_pairs
+
+    rng = random.Random(seed)
+    pairs = rng.sample(load_preference_pairs("sentiment", "train"), spec["pairs"])
+    return [dataclasses.replace(p, chosen=p.rejected, rejected=p.chosen) if rng.random() < spec["noise"] else p
+            for p in pairs]
+
+
+def train_proxy(pairs: list, seed: int, settings: dict):
+    """A reward model on `pairs` from the policy's backbone; its accuracy on the held-out (clean) pairs."""
+    from minirlhf.data import PreferenceData, load_preference_pairs
+    from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
+
+    config = RewardModelConfig(model=settings["model"], seed=seed, device="cpu", progress=False, eval_every=10**6,
+                               **settings["reward_model"])
+    held_out = load_preference_pairs("sentiment", "test")[: settings["held_out_pairs"]]
+    model, _, history = train_reward_model(PreferenceData(pairs, test=held_out), config)
+    return model, history.last("eval/accuracy")
+
+
+class HeldOut:
+    """The evaluation a run calls every few steps: `prompts` held-out openings, `samples` continuations each, drawn
+    with the same random numbers every time. Keeps, per evaluation, each opening's mean gold (VADER) and the means
+    of the proxy and of KL(p_θ || p_ref) = Σ_t log p_θ/p_ref on those samples (k1, summed per continuation), and
+    the latest evaluation's first continuation of the first four openings (what the policy now writes)."""
+
+    def __init__(self, proxy, reference, evaluation: dict):
+        from minirlhf.tasks.reviews import sentiment_prompts
+
+        self.proxy, self.reference, self.samples = proxy, reference, evaluation["samples"]
+        self.prompts = sentiment_prompts("test", evaluation["prompts"])
+        self.gold, self.proxy_mean, self.kl, self.latest = [], [], [], []
+
+    def __call__(self, model, tokenizer) -> dict[str, float]:
+        import torch
+
+        from minirlhf.logprobs import response_logprobs, sequence_logprobs
+        from minirlhf.sampling import sample
+        from minirlhf.tasks.sentiment import MAX_NEW_TOKENS, sentiment_reward
+
+        with torch.no_grad():
+            rollout = sample(model, tokenizer, self.prompts, group_size=self.samples, max_new_tokens=MAX_NEW_TOKENS,
+                             generator=torch.Generator().manual_seed(0))
+            ref_logp = response_logprobs(self.reference, rollout.input_ids, rollout.attention_mask,
+                                         rollout.response_mask)  # (B, T) log p_ref of the sampled tokens
+            kl = sequence_logprobs(rollout.logprobs - ref_logp, rollout.response_mask)  # (B,)
+        gold = torch.tensor(sentiment_reward(rollout.prompts, rollout.completions)).view(len(self.prompts), -1)
+        self.gold.append(gold.mean(1).tolist())  # (prompts,) each opening's mean gold
+        self.proxy_mean.append(statistics.fmean(self.proxy.score(rollout.prompts, rollout.completions)))
+        self.kl.append(float(kl.mean()))
+        self.latest = [prompt + completion for prompt, completion in
+                       zip(rollout.prompts[:: self.samples][:4], rollout.completions[:: self.samples][:4], strict=True)]
+        return {"gold": statistics.fmean(self.gold[-1]), "proxy": self.proxy_mean[-1], "kl": self.kl[-1]}
+
+
+def rl_run(proxy, settings: dict, seed: int) -> dict:
+    """GRPO against `proxy` (never the gold) from the policy; the held-out curves and the turn of the gold."""
+    from minirlhf.models import frozen_copy, load_model
+    from minirlhf.tasks.sentiment import sentiment_task
+    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+
+    reference, _ = load_model(settings["model"], device="cpu")
+    held_out = HeldOut(proxy, frozen_copy(reference), settings["evaluation"])
+    task = dataclasses.replace(sentiment_task(proxy), evaluate=held_out)
+    config = GRPOConfig(model=settings["model"], seed=seed, **(RUN | {"eval_every": settings["evaluation"]["every"]}),
+                        **settings["grpo"])
+    _, _, history = train_grpo(task, config)
+    steps = [row["step"] for row in history if "eval/gold" in row]
+    return {"steps": steps, "kl": held_out.kl, "proxy": held_out.proxy_mean, "last_texts": held_out.latest} | turn(
+        held_out.gold)
+
+
+def turn(gold: list[list[float]]) -> dict:
+    """From each evaluation's per-opening gold: the mean curve with its standard errors, the peak, the final value,
+    the fall from the peak and the standard error of that fall (paired over the same openings)."""
+    means = [statistics.fmean(g) for g in gold]
+    stderr = [statistics.stdev(g) / math.sqrt(len(g)) for g in gold]
+    peak = max(range(len(means)), key=means.__getitem__)
+    differences = [p - f for p, f in zip(gold[peak], gold[-1], strict=True)]
+    return {"gold": means, "gold_stderr": stderr, "peak": peak, "peak_gold": means[peak], "final_gold": means[-1],
+            "fall": means[peak] - means[-1], "fall_stderr": statistics.stdev(differences) / math.sqrt(len(gold[-1]))}
+
+
+def run_seed(seed: int, settings: dict) -> dict:
+    from minirlhf.data import load_preference_pairs
+    from minirlhf.trainers.reward_model import RewardEnsemble
+
+    reference = load_preference_pairs("sentiment", "test")[:128]  # p_ref's texts: each proxy's scale is read there
+    texts = ([p.prompt for p in reference] * 2, [p.chosen for p in reference] + [p.rejected for p in reference])
+    proxies, accuracy = {}, {}
+    for name, spec in settings["proxies"].items():
+        model, accuracy[name] = train_proxy(proxy_pairs(spec, seed), seed, settings)
+        proxies[name] = RewardEnsemble([model], rule="mean").standardise(*texts)
+    of = settings["ensemble"]["of"]
+    members = [proxies[of].members[0]] + [
+        train_proxy(proxy_pairs(settings["proxies"][of], seed), 1000 * (k + 1) + seed, settings)[0]
+        for k in range(1, settings["ensemble"]["members"])]
+    proxies["ensemble"] = RewardEnsemble(members, rule=settings["ensemble"]["rule"]).standardise(*texts)
+    arms = {name: rl_run(proxy, settings, seed) for name, proxy in proxies.items()}
+    for name, figures in arms.items():
+        figures["rm_accuracy"] = accuracy.get(name)
+        figures["peak_step"] = figures["steps"][figures["peak"]]
+    return arms
+
+
+def holds(arms: dict) -> bool:
+    weak = arms["weak"]
+    return weak["fall"] > weak["fall_stderr"]
+
+
+def across(seeds: list[dict]) -> dict:
+    falls = [s["arms"]["weak"]["fall"] for s in seeds]
+    return {"size": "gold's fall from its peak to the end, weak proxy (VADER points)",
+            "mean": statistics.fmean(falls), "range": [min(falls), max(falls)],
+            "fall_in_stderrs": [round(s["arms"]["weak"]["fall"] / s["arms"]["weak"]["fall_stderr"], 1)
+                                if s["arms"]["weak"]["fall_stderr"] else None for s in seeds],
+            "peak_step": {arm: [s["arms"][arm]["peak_step"] for s in seeds] for arm in seeds[0]["arms"]},
+            "final_gold": {arm: [round(s["arms"][arm]["final_gold"], 3) for s in seeds] for arm in seeds[0]["arms"]},
+            "rm_accuracy": {arm: [s["arms"][arm]["rm_accuracy"] for s in seeds] for arm in ("weak", "strong")}}
+
+
+COLORS = {"weak": "C3", "strong": "C0", "ensemble": "C2"}
+
+
+def plot(ax, seeds: list[dict]) -> None:
+    for figures in seeds:
+        for arm, color in COLORS.items():
+            curve = figures["arms"][arm]
+            ax.plot([math.sqrt(max(kl, 0.0)) for kl in curve["kl"]], curve["gold"], color=color, alpha=0.8,
+                    marker=".", label=arm if figures is seeds[0] else None)
+    ax.set(xlabel="√KL(p_θ ‖ p_ref) (√nats)", ylabel="gold: VADER of held-out samples",
+           title="(e) gold against √KL, GRPO on a learned proxy")
+    ax.legend(fontsize=8)
+
+
+EFFECT = Effect(
+    title="over-optimisation: GRPO on a learned proxy raises the gold, then lowers it; weaker proxies turn earlier",
+    criterion="weak proxy: gold falls from its peak to the last evaluation by more than the standard error of that "
+              "fall (paired over the held-out openings)",
+    notebook="06b_best_of_n.ipynb",
+    settings=settings, run_seed=run_seed, holds=holds, across=across, plot=plot)
