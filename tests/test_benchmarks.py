@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from minirlhf.lab import EFFECTS
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -118,7 +120,7 @@ def test_grpo_variants_quick(tmp_path):
 def test_phenomena_quick(tmp_path):
     stdout = run_quick("phenomena.py", tmp_path)
     report = json.loads((tmp_path / "phenomena.json").read_text())
-    assert set(report["effects"]) == {"a", "b", "g"} and report["seeds"] == [0]
+    assert set(report["effects"]) == set(EFFECTS) and report["seeds"] == [0]
     for key, effect in report["effects"].items():
         assert (tmp_path / f"phenomena_{key}.png").stat().st_size > 0, key
         assert effect["criterion"] and isinstance(effect["shows"], bool), key
@@ -128,4 +130,6 @@ def test_phenomena_quick(tmp_path):
     lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]
     assert len(lengths["wrong_length"]) == report["effects"]["a"]["settings"]["grpo"]["steps"]  # one entry a step
     assert 0.0 <= report["effects"]["g"]["seeds"][0]["arms"]["eps=inf"]["final_accuracy"] <= 1.0
+    cut = report["effects"]["c"]["seeds"][0]["arms"]
+    assert set(cut) == {"none", "mask", "soft"} and all(0.0 <= arm["final_right"] <= 1.0 for arm in cut.values())
     assert "shows=" in stdout
