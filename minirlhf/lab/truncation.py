@@ -17,6 +17,7 @@ digits are right, finished or not.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
 from minirlhf.lab.effect import Effect, grpo_run
 from minirlhf.lab.observe import SeenCompletions, smooth, tail_mean
@@ -24,7 +25,7 @@ from minirlhf.lab.observe import SeenCompletions, smooth, tail_mean
 ARMS = ("none", "mask", "soft")
 
 
-def finished_only(seen: SeenCompletions, cap: int):
+def finished_only(seen: SeenCompletions, cap: int) -> Callable[..., list[float]]:
     """The verifier that reads finished answers only: R(x, y) from `seen` (which keeps every answer's length and its
     right-or-wrong), and 0 for an answer that used the whole cap (cut off before its end)."""
 
@@ -53,7 +54,7 @@ def run_seed(seed: int, settings: dict) -> dict:
     arms = {}
     for arm, fields in settings["arms"].items():
         answers = SeenCompletions(lab.lab_reward(), load_tokenizer(settings["model"]))
-        history, _, _, _ = grpo_run(settings, seed, reward=finished_only(answers, cap), **fields)
+        grpo_run(settings, seed, reward=finished_only(answers, cap), **fields)  # `answers` keeps what it saw
         right = [statistics.fmean(rewards) for _, rewards in answers.steps]
         truncated = [statistics.fmean(n >= cap for n in lengths) for lengths, _ in answers.steps]
         length = [statistics.fmean(lengths) for lengths, _ in answers.steps]
