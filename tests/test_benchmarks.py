@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from minirlhf.lab import EFFECTS
+
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -118,7 +120,7 @@ def test_grpo_variants_quick(tmp_path):
 def test_phenomena_quick(tmp_path):
     stdout = run_quick("phenomena.py", tmp_path)
     report = json.loads((tmp_path / "phenomena.json").read_text())
-    assert set(report["effects"]) == {"a", "b", "e", "f", "g"} and report["seeds"] == [0]
+    assert set(report["effects"]) == set(EFFECTS) and report["seeds"] == [0]
     for key, effect in report["effects"].items():
         assert (tmp_path / f"phenomena_{key}.png").stat().st_size > 0, key
         assert effect["criterion"] and isinstance(effect["shows"], bool), key
@@ -133,4 +135,6 @@ def test_phenomena_quick(tmp_path):
     assert len(displacement["chosen_shift"]) == report["effects"]["f"]["settings"]["dpo"]["steps"]  # one a step
     weak = report["effects"]["e"]["seeds"][0]["arms"]["weak"]
     assert len(weak["gold"]) == len(weak["kl"]) == len(weak["steps"]) and weak["fall"] >= 0  # gold at each evaluation
+    cut = report["effects"]["c"]["seeds"][0]["arms"]
+    assert set(cut) == {"none", "mask", "soft"} and all(0.0 <= arm["final_right"] <= 1.0 for arm in cut.values())
     assert "shows=" in stdout

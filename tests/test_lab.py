@@ -132,3 +132,20 @@ def test_grpo_runs_on_the_lab_from_the_command_line(tmp_path):
     main(["grpo", "--task", "lab", "--model", "tiny-lab", "--device", "cpu", "--steps", "1", "--prompts-per-step", "2",
           "--group-size", "2", "--eval-every", "0", "--out-dir", str(tmp_path / "run"), "--progress", "false"])
     assert (tmp_path / "run" / "config.json").exists()
+
+
+def characters(texts, add_special_tokens=False):
+    """A tokenizer of one token per character, as the lab model's tokenizer is for digits and filler."""
+    return {"input_ids": [list(text) for text in texts]}
+
+
+@given(lab_problems(), st.integers(0, 40), st.integers(1, 30))
+def test_the_truncation_effect_scores_only_finished_answers(problem, n_filler, cap):
+    from minirlhf.lab.observe import SeenCompletions
+    from minirlhf.lab.truncation import finished_only
+
+    completion = str(problem.answers[0]) + lab.FILLER * n_filler
+    seen = SeenCompletions(lab.lab_reward(), characters)
+    reward = finished_only(seen, cap)([problem.prompt], [completion])
+    assert reward == [0.0 if len(completion) >= cap else 1.0]
+    assert seen.steps == [([len(completion)], [1.0])]  # what the answer says is kept, cut off or not
