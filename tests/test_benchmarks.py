@@ -118,7 +118,7 @@ def test_grpo_variants_quick(tmp_path):
 def test_phenomena_quick(tmp_path):
     stdout = run_quick("phenomena.py", tmp_path)
     report = json.loads((tmp_path / "phenomena.json").read_text())
-    assert set(report["effects"]) == {"a", "b", "g"} and report["seeds"] == [0]
+    assert set(report["effects"]) == {"a", "b", "d", "g"} and report["seeds"] == [0]
     for key, effect in report["effects"].items():
         assert (tmp_path / f"phenomena_{key}.png").stat().st_size > 0, key
         assert effect["criterion"] and isinstance(effect["shows"], bool), key
@@ -128,4 +128,8 @@ def test_phenomena_quick(tmp_path):
     lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]
     assert len(lengths["wrong_length"]) == report["effects"]["a"]["settings"]["grpo"]["steps"]  # one entry a step
     assert 0.0 <= report["effects"]["g"]["seeds"][0]["arms"]["eps=inf"]["final_accuracy"] <= 1.0
+    dead, grpo = report["effects"]["d"]["seeds"][0]["arms"], report["effects"]["d"]["settings"]["grpo"]
+    assert dead["GRPO"]["answers_sampled"] == grpo["steps"] * grpo["prompts_per_step"] * grpo["group_size"]
+    assert dead["dynamic sampling"]["answers_sampled"] >= dead["GRPO"]["answers_sampled"]
+    assert all(kept <= grpo["prompts_per_step"] for kept in dead["GRPO-drop"]["groups_kept"])
     assert "shows=" in stdout

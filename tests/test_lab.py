@@ -112,3 +112,14 @@ def test_grpo_runs_on_the_lab_from_the_command_line(tmp_path):
     main(["grpo", "--task", "lab", "--model", "tiny-lab", "--device", "cpu", "--steps", "1", "--prompts-per-step", "2",
           "--group-size", "2", "--eval-every", "0", "--out-dir", str(tmp_path / "run"), "--progress", "false"])
     assert (tmp_path / "run" / "config.json").exists()
+
+
+@pytest.mark.skipif(not (SHIPPED["tiny-lab"] / "config.json").exists(), reason="run scripts/build_lab_model.py")
+def test_held_out_metrics_read_only_the_kinds_asked_for():
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny-lab", device="cpu")
+    metrics = lab.lab_metrics(model, tokenizer, lab.LabConfig(), per_kind=4, kinds=("medium",))
+    assert [k for k in metrics if k.startswith("accuracy/")] == ["accuracy/medium"]
+    with pytest.raises(ValueError, match=r"lab_metrics kinds=\['tricky'\]"):
+        lab.lab_metrics(model, tokenizer, lab.LabConfig(), kinds=("tricky",))

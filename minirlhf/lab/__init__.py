@@ -6,6 +6,7 @@ the criterion holds on all of them (and on what the effect checks across seeds).
 
     (a) length_bias    under GRPO's per-answer mean (seq-mean), wrong answers grow longer      -> notebook 07a
     (b) entropy_clip   with random rewards, the symmetric clip lowers entropy; clip-higher less  -> notebook 07b
+    (d) dead_groups    half the groups dead: dynamic sampling gains per optimizer step            -> notebook 07b
     (g) no_clip        PPO without clipping, a batch reused many times, ends below ε = 0.2       -> notebook 03b
 
     from minirlhf.lab import EFFECTS, run_effect
@@ -22,12 +23,13 @@ from __future__ import annotations
 import os
 import time
 
+from minirlhf.lab.dead_groups import EFFECT as DEAD_GROUPS
 from minirlhf.lab.effect import MODEL, Effect
 from minirlhf.lab.entropy_clip import EFFECT as ENTROPY_CLIP
 from minirlhf.lab.length_bias import EFFECT as LENGTH_BIAS
 from minirlhf.lab.no_clip import EFFECT as NO_CLIP
 
-EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "g": NO_CLIP}
+EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "d": DEAD_GROUPS, "g": NO_CLIP}
 
 __all__ = ["EFFECTS", "MODEL", "Effect", "run_effect", "run_seed"]
 
