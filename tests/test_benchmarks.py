@@ -137,4 +137,8 @@ def test_phenomena_quick(tmp_path):
     assert len(weak["gold"]) == len(weak["kl"]) == len(weak["steps"]) and weak["fall"] >= 0  # gold at each evaluation
     cut = report["effects"]["c"]["seeds"][0]["arms"]
     assert set(cut) == {"none", "mask", "soft"} and all(0.0 <= arm["final_right"] <= 1.0 for arm in cut.values())
+    dead, grpo = report["effects"]["d"]["seeds"][0]["arms"], report["effects"]["d"]["settings"]["grpo"]
+    assert dead["GRPO"]["answers_sampled"] == grpo["steps"] * grpo["prompts_per_step"] * grpo["group_size"]
+    assert dead["dynamic sampling"]["answers_sampled"] >= dead["GRPO"]["answers_sampled"]
+    assert all(kept <= grpo["prompts_per_step"] for kept in dead["GRPO-drop"]["groups_kept"])
     assert "shows=" in stdout

@@ -143,6 +143,55 @@ def test_dynamic_sampling_at_its_cap_trains_on_the_groups_it_has():
     assert [(r["groups_kept"], r["sampling_rounds"]) for r in rows] == [(1, 1)] * 2 and all("loss" in r for r in rows)
 
 
+def test_dropping_dead_groups_trains_on_the_informative_ones_without_sampling_more():
+    calls = []
+
+    def one_group_informative(prompts, completions, **_):  # only the first group's rewards differ
+        calls.append(len(prompts))
+        return [1.0, 0.0] + [0.0] * (len(prompts) - 2)
+
+    config = GRPOConfig(drop_dead_groups=True, beta=0.0, **TINY)
+    history = train_grpo(_counting_task(one_group_informative), config)[2]
+    rows = [row for row in history if "groups_kept" in row]
+    assert [r["groups_kept"] for r in rows] == [1, 1] and all("loss" in r for r in rows)
+    assert calls == [TINY["prompts_per_step"] * TINY["group_size"]] * TINY["steps"]  # one batch a step, no refill
+
+
+def test_dropping_dead_groups_when_every_group_is_dead_skips_the_update():
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny", device="cpu")
+    before = [p.detach().clone() for p in model.parameters()]
+    constant = _counting_task(lambda prompts, completions, **_: [1.0] * len(prompts))
+    history = train_grpo(constant, GRPOConfig(drop_dead_groups=True, beta=0.0, **TINY), model=model,
+                         tokenizer=tokenizer)[2]
+    rows = [row for row in history if "groups_kept" in row]
+    assert [r["groups_kept"] for r in rows] == [0, 0] and all("loss" not in r for r in rows)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_dropping_dead_groups_loses_only_the_dilution_of_the_loss():
+    """GRPO-drop's loss is GRPO's over the informative groups alone: with token-mean, GRPO's is the same sum over
+    more tokens (the dead groups' Â = 0 adds nothing to it), so the two differ by the share of informative tokens."""
+    from minirlhf.losses import grpo_advantages, grpo_loss, informative_groups
+
+    g = torch.Generator().manual_seed(0)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])  # groups of 2: mixed, dead, dead, mixed
+    logp, old_logp = -torch.rand(8, 3, generator=g), -torch.rand(8, 3, generator=g)
+    mask = torch.ones(8, 3)
+    advantages = grpo_advantages(rewards, 2)
+    kept = informative_groups(rewards, 2).repeat_interleave(2)
+    whole = grpo_loss(logp, old_logp, None, advantages, mask, eps=0.2, beta=0.0, aggregation="token-mean")[0]
+    dropped = grpo_loss(logp[kept], old_logp[kept], None, advantages[kept], mask[kept], eps=0.2, beta=0.0,
+                        aggregation="token-mean")[0]
+    assert torch.allclose(whole, dropped * kept.float().mean()) and not torch.allclose(whole, dropped)
+
+
+def test_drop_dead_groups_with_dynamic_sampling_is_refused():
+    with pytest.raises(ValueError, match=r"GRPOConfig\.drop_dead_groups=True with dynamic_sampling=True"):
+        GRPOConfig(drop_dead_groups=True, dynamic_sampling=True)
+
+
 def test_concatenated_experiences_keep_every_rows_logprobs(tiny):
     import random
 

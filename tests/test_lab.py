@@ -149,3 +149,14 @@ def test_the_truncation_effect_scores_only_finished_answers(problem, n_filler, c
     reward = finished_only(seen, cap)([problem.prompt], [completion])
     assert reward == [0.0 if len(completion) >= cap else 1.0]
     assert seen.steps == [([len(completion)], [1.0])]  # what the answer says is kept, cut off or not
+
+
+@pytest.mark.skipif(not (SHIPPED["tiny-lab"] / "config.json").exists(), reason="run scripts/build_lab_model.py")
+def test_held_out_metrics_read_only_the_kinds_asked_for():
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny-lab", device="cpu")
+    metrics = lab.lab_metrics(model, tokenizer, lab.LabConfig(), per_kind=4, kinds=("medium",))
+    assert [k for k in metrics if k.startswith("accuracy/")] == ["accuracy/medium"]
+    with pytest.raises(ValueError, match=r"lab_metrics kinds=\['tricky'\]"):
+        lab.lab_metrics(model, tokenizer, lab.LabConfig(), kinds=("tricky",))

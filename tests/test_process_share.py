@@ -164,6 +164,7 @@ def pairs(n: int):
      r"RewardModelConfig.batch_size=4 over 9 rows draws a batch of 1"),
     (lambda out: train_grpo(config=GRPOConfig(prompts_per_step=3, out_dir=out)), r"prompts_per_step=3 must"),
     (lambda out: train_grpo(config=GRPOConfig(dynamic_sampling=True, out_dir=out)), r"dynamic_sampling runs on one"),
+    (lambda out: train_grpo(config=GRPOConfig(drop_dead_groups=True, out_dir=out)), r"drop_dead_groups runs on one"),
 ])
 def test_batches_that_cannot_share_out_equally_are_refused_before_anything_is_written(
     two_processes, tmp_path, start, message

@@ -7,6 +7,7 @@ the criterion holds on all of them (and on what the effect checks across seeds).
     (a) length_bias    under GRPO's per-answer mean (seq-mean), wrong answers grow longer      -> notebook 07a
     (b) entropy_clip   with random rewards, the symmetric clip lowers entropy; clip-higher less  -> notebook 07b
     (c) truncation     answers cut off at the cap are noise; overlong masking or the soft penalty -> notebook 07a
+    (d) dead_groups    half the groups dead: dynamic sampling gains per optimizer step            -> notebook 07b
     (e) overoptimisation  RL on a learned proxy: gold rises, then falls; weaker proxies sooner   -> notebook 06b
     (f) displacement   under DPO the chosen answer's log-prob falls; the NLL term (RPO) holds it  -> notebook 05b
     (g) no_clip        PPO without clipping, a batch reused many times, ends below ε = 0.2       -> notebook 03b
@@ -26,6 +27,7 @@ from __future__ import annotations
 import os
 import time
 
+from minirlhf.lab.dead_groups import EFFECT as DEAD_GROUPS
 from minirlhf.lab.displacement import EFFECT as DISPLACEMENT
 from minirlhf.lab.effect import MODEL, Effect
 from minirlhf.lab.entropy_clip import EFFECT as ENTROPY_CLIP
@@ -34,8 +36,8 @@ from minirlhf.lab.no_clip import EFFECT as NO_CLIP
 from minirlhf.lab.overoptimisation import EFFECT as OVEROPTIMISATION
 from minirlhf.lab.truncation import EFFECT as TRUNCATION
 
-EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "c": TRUNCATION, "e": OVEROPTIMISATION,
-                               "f": DISPLACEMENT, "g": NO_CLIP}
+EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "c": TRUNCATION, "d": DEAD_GROUPS,
+                               "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP}
 
 __all__ = ["EFFECTS", "MODEL", "Effect", "run_effect", "run_seed"]
 

@@ -192,12 +192,16 @@ def sft_examples(n: int = 60_000, seed: int = 0) -> list[tuple[str, str]]:
 
 
 @torch.no_grad()
-def lab_metrics(model, tokenizer, config: LabConfig, per_kind: int = 100, seed: int = 0) -> dict[str, float]:
-    """Held-out metrics of one sampled answer (temperature 1) per problem, `per_kind` problems of each kind:
+def lab_metrics(model, tokenizer, config: LabConfig, per_kind: int = 100, seed: int = 0,
+                kinds: Sequence[str] = KINDS) -> dict[str, float]:
+    """Held-out metrics of one sampled answer (temperature 1) per problem, `per_kind` problems of each of `kinds`:
     accuracy/<kind>, and response_length (tokens, EOS included) and truncated (share cut at the cap) over all."""
+    unknown = [kind for kind in kinds if kind not in KINDS]
+    if unknown or not kinds:
+        raise ValueError(f"lab_metrics kinds={list(kinds)!r} must be some of {', '.join(KINDS)}")
     rng = random.Random(seed)
     metrics, lengths, truncated = {}, [], []
-    for kind in KINDS:
+    for kind in kinds:
         pool = problems(kind, "test")
         chunk = [dataclasses.replace(rng.choice(pool), tolerance=config.tolerance) for _ in range(per_kind)]
         prompts = [p.prompt for p in chunk]

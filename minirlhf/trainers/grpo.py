@@ -7,7 +7,8 @@ For each prompt x, sample a group {y_1..y_G} ~ p_θold(·|x), score R_i = R(x, y
 
 then take `epochs` passes of minibatch gradient steps on L = -J. What came after DeepSeek-R1 is a field away:
 clip(r_t, 1-ε, 1+ε_high) (`eps_high`, DAPO), the sequence ratio s_i (`importance_sampling_level`, GSPO), dynamic
-sampling and overlong filtering (DAPO), Dr. GRPO's scale="none" + aggregation="constant"; `RECIPES` sets each
+sampling and overlong filtering (DAPO) (or, to tell dynamic sampling's two halves apart, `drop_dead_groups`: the
+dead groups dropped without refilling), Dr. GRPO's scale="none" + aggregation="constant"; `RECIPES` sets each
 paper's fields together; `policy_loss` puts another objective f(r, Â) of the ratio zoo in place of the clip
 (dual-clip, CISPO, SAPO, GMPO: minirlhf.losses.ratio_objectives). With the default β = 0 (no KL leash, as in DAPO
 / Dr. GRPO) the loss needs only p_θ; a frozen p_ref is still kept to measure eval/kl_ref at evaluation (`eval_kl`,
@@ -35,6 +36,7 @@ from minirlhf.losses import (
     check_group_size,
     grpo_advantages,
     grpo_loss,
+    informative_groups,
     mask_truncated,
     masked_mean,
 )
@@ -47,6 +49,7 @@ from minirlhf.trainers.online import (
     experience_metrics,
     online_run,
     policy_logprobs,
+    select_groups,
 )
 
 # The recipes of the papers since DeepSeek-R1 (`python -m minirlhf grpo --recipe dapo`, or
@@ -102,6 +105,9 @@ class GRPOConfig(OnlineConfig):
     # cap on the batches sampled per step with dynamic_sampling (the first included); at the cap the step trains on
     # the informative groups it has (groups_kept < prompts_per_step), and skips its update when there are none
     max_sampling_rounds: int = 4
+    # "GRPO-drop": drop the groups whose rewards are all equal from the step's batch without sampling more, so the
+    # loss averages over the informative groups only (dynamic sampling without its refill; one process only)
+    drop_dead_groups: bool = False
     mask_truncated_completions: bool = False  # DAPO's overlong filtering: answers cut at the budget get no loss
 
     @classmethod
@@ -135,6 +141,9 @@ class GRPOConfig(OnlineConfig):
         if self.max_sampling_rounds != 4 and not self.dynamic_sampling:
             raise ValueError(f"GRPOConfig.max_sampling_rounds={self.max_sampling_rounds!r} caps dynamic sampling, "
                              "which is off: give dynamic_sampling=true too, or drop it")
+        if self.drop_dead_groups and self.dynamic_sampling:
+            raise ValueError("GRPOConfig.drop_dead_groups=True with dynamic_sampling=True: dynamic sampling already "
+                             "drops the dead groups (and refills the step); give one of the two")
 
 
 def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model=None, tokenizer=None, callbacks=()):
@@ -148,6 +157,9 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
         raise ValueError(f"GRPOConfig.dynamic_sampling runs on one process only ({launched_processes()} were "
                          "started): the sampling rounds a step needs depend on its samples, and processes would "
                          "disagree")
+    if config.drop_dead_groups and launched_processes() > 1:
+        raise ValueError(f"GRPOConfig.drop_dead_groups runs on one process only ({launched_processes()} were "
+                         "started): the groups a step keeps depend on its samples, and need not share out evenly")
     run = online_run(task, config, model, tokenizer, callbacks)
     config = run.config
 
@@ -159,8 +171,12 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
             metrics |= counts
         else:
             first = exp = run.collect()
+            if config.drop_dead_groups:  # GRPO-drop: the batch without its all-equal groups, nothing sampled again
+                informative = informative_groups(exp.rewards, config.group_size)
+                exp = select_groups(exp, informative, config.group_size) if informative.any() else None
+                metrics["groups_kept"] = float(informative.sum())
         metrics |= experience_metrics(first) | {"zero_std_groups": zero_std_groups(first.rewards, config.group_size)}
-        if exp is None:  # dynamic sampling at its cap without one informative group: nothing to learn from
+        if exp is None:  # no informative group (dynamic sampling at its cap, or dropping): nothing to learn from
             run.log(step, metrics)
             continue
         # DAPO's overlong filtering: a truncated answer's tokens leave the loss

@@ -385,7 +385,7 @@ def collect(
 
 def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Experience:
     """The rows of the chosen groups (a bool (B / G,) or index tensor), in order: every group stays whole. One
-    process only (dynamic sampling): the rollout holds every row."""
+    process only (dynamic sampling, drop_dead_groups): the rollout holds every row."""
     rows = torch.arange(exp.rewards.numel(), device=exp.rewards.device).view(-1, group_size)[groups].reshape(-1)
     r = exp.rollout
     keep = rows.tolist()
