@@ -7,11 +7,12 @@ import pytest
 from minirlhf.lab.overoptimisation import holds, turn
 
 
-def test_the_turn_is_the_fall_from_the_peak_to_the_last_evaluation_with_its_paired_standard_error():
-    # three openings, four evaluations: gold rises to evaluation 2, then falls by 0.3, 0.2 and 0.4
+def test_the_turn_is_the_rise_to_the_peak_and_the_fall_after_it_with_their_paired_standard_errors():
+    # three openings, four evaluations: gold rises to evaluation 2 by 0.5, 0.4 and 0.6, then falls by 0.3, 0.2, 0.4
     gold = [[0.0, 0.0, 0.0], [0.2, 0.1, 0.3], [0.5, 0.4, 0.6], [0.2, 0.2, 0.2]]
     found = turn(gold)
     assert found["peak"] == 2 and found["peak_gold"] == pytest.approx(0.5)
+    assert found["rise"] == pytest.approx(0.5) and found["rise_stderr"] == pytest.approx(0.1 / 3**0.5)
     assert found["final_gold"] == pytest.approx(0.2) and found["fall"] == pytest.approx(0.3)
     assert found["fall_stderr"] == pytest.approx(0.1 / 3**0.5)  # the falls 0.3, 0.2, 0.4 have standard deviation 0.1
     assert holds({"weak": found})
@@ -25,4 +26,17 @@ def test_a_curve_that_ends_at_its_peak_has_not_turned():
 def test_a_fall_within_its_standard_error_does_not_hold():
     found = turn([[0.0, 0.0], [0.5, 0.3], [0.6, 0.0]])  # per opening: +0.1 then -0.3 from the peak at evaluation 1
     assert found["fall"] == pytest.approx(0.1) and found["fall_stderr"] == pytest.approx(0.2)
+    assert not holds({"weak": found})
+
+
+def test_a_curve_that_peaks_at_the_first_evaluation_has_not_risen():
+    found = turn([[0.5, 0.6], [0.2, 0.3]])  # falls by 0.3 on both openings: a fall, but no rise before it
+    assert found["peak"] == 0 and found["fall"] == pytest.approx(0.3) and found["fall"] > found["fall_stderr"]
+    assert found["rise"] == 0 and not holds({"weak": found})
+
+
+def test_a_rise_within_its_standard_error_does_not_hold():
+    found = turn([[0.0, 0.0], [0.5, -0.3], [0.0, -0.6]])  # per opening: +0.5 and -0.3 to the peak, then -0.5, -0.3
+    assert found["rise"] == pytest.approx(0.1) and found["rise_stderr"] == pytest.approx(0.4)
+    assert found["fall"] == pytest.approx(0.4) and found["fall_stderr"] == pytest.approx(0.1)
     assert not holds({"weak": found})

@@ -11,8 +11,9 @@ reward models trained like the weak one (same pairs, four seeds), combined by `e
 
 Every few steps the policy continues the same held-out openings with the same random numbers, and the gold (VADER),
 the proxy (what the run optimises) and KL(p_θ || p_ref) are measured on those samples. Gold's standard error is
-over the openings; a fall is compared with the standard error of the paired difference (the same openings at the
-peak and at the end). The policy is the tiny review model ("tiny"), whatever the lab's --model says.
+over the openings; the rise to the peak and the fall after it are each compared with the standard error of the paired
+difference (the same openings at the start and at the peak, at the peak and at the end). The policy is the tiny
+review model ("tiny"), whatever the lab's --model says.
 """
 
 from __future__ import annotations
@@ -114,14 +115,20 @@ def rl_run(proxy, settings: dict, seed: int) -> dict:
 
 
 def turn(gold: list[list[float]]) -> dict:
-    """From each evaluation's per-opening gold: the mean curve with its standard errors, the peak, the final value,
-    the fall from the peak and the standard error of that fall (paired over the same openings)."""
+    """From each evaluation's per-opening gold: the mean curve with its standard errors, the peak, the rise from the
+    first evaluation to the peak and the fall from the peak to the last, each with the standard error of the
+    difference (paired over the same openings)."""
     means = [statistics.fmean(g) for g in gold]
     stderr = [statistics.stdev(g) / math.sqrt(len(g)) for g in gold]
     peak = max(range(len(means)), key=means.__getitem__)
-    differences = [p - f for p, f in zip(gold[peak], gold[-1], strict=True)]
     return {"gold": means, "gold_stderr": stderr, "peak": peak, "peak_gold": means[peak], "final_gold": means[-1],
-            "fall": means[peak] - means[-1], "fall_stderr": statistics.stdev(differences) / math.sqrt(len(gold[-1]))}
+            "rise": means[peak] - means[0], "rise_stderr": _paired_stderr(gold[peak], gold[0]),
+            "fall": means[peak] - means[-1], "fall_stderr": _paired_stderr(gold[peak], gold[-1])}
+
+
+def _paired_stderr(a: list[float], b: list[float]) -> float:
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    return statistics.stdev(differences) / math.sqrt(len(differences))
 
 
 def run_seed(seed: int, settings: dict) -> dict:
@@ -147,19 +154,27 @@ def run_seed(seed: int, settings: dict) -> dict:
 
 
 def holds(arms: dict) -> bool:
+    """The weak proxy's gold rose, then fell: it peaks above the first evaluation by more than the standard error of
+    that rise (a peak at the first evaluation rises by 0, within any error), and ends below the peak by more than
+    the standard error of that fall."""
     weak = arms["weak"]
-    return weak["fall"] > weak["fall_stderr"]
+    return weak["rise"] > weak["rise_stderr"] and weak["fall"] > weak["fall_stderr"]
 
 
 def across(seeds: list[dict]) -> dict:
     falls = [s["arms"]["weak"]["fall"] for s in seeds]
     return {"size": "gold's fall from its peak to the end, weak proxy (VADER points)",
             "mean": statistics.fmean(falls), "range": [min(falls), max(falls)],
-            "fall_in_stderrs": [round(s["arms"]["weak"]["fall"] / s["arms"]["weak"]["fall_stderr"], 1)
-                                if s["arms"]["weak"]["fall_stderr"] else None for s in seeds],
+            "fall_in_stderrs": [_in_stderrs(s["arms"]["weak"], "fall") for s in seeds],
+            "rise": [round(s["arms"]["weak"]["rise"], 3) for s in seeds],
+            "rise_in_stderrs": [_in_stderrs(s["arms"]["weak"], "rise") for s in seeds],
             "peak_step": {arm: [s["arms"][arm]["peak_step"] for s in seeds] for arm in seeds[0]["arms"]},
             "final_gold": {arm: [round(s["arms"][arm]["final_gold"], 3) for s in seeds] for arm in seeds[0]["arms"]},
             "rm_accuracy": {arm: [s["arms"][arm]["rm_accuracy"] for s in seeds] for arm in ("weak", "strong")}}
+
+
+def _in_stderrs(figures: dict, change: str) -> float | None:
+    return round(figures[change] / figures[f"{change}_stderr"], 1) if figures[f"{change}_stderr"] else None
 
 
 COLORS = {"weak": "C3", "strong": "C0", "ensemble": "C2"}
@@ -178,7 +193,7 @@ def plot(ax, seeds: list[dict]) -> None:
 
 EFFECT = Effect(
     title="over-optimisation: GRPO on a learned proxy raises the gold, then lowers it; weaker proxies turn earlier",
-    criterion="weak proxy: gold falls from its peak to the last evaluation by more than the standard error of that "
-              "fall (paired over the held-out openings)",
+    criterion="weak proxy: gold rises from the first evaluation to a later peak, then falls from it to the last "
+              "evaluation, each by more than the standard error of that change (paired over the held-out openings)",
     notebook="06b_best_of_n.ipynb",
     settings=settings, run_seed=run_seed, holds=holds, across=across, plot=plot)
