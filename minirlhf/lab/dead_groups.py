@@ -2,8 +2,8 @@
 
 A group whose G rewards are all equal has Â = 0: it costs its sampling and teaches nothing. The difficulty mix makes
 about half of them so: the lab model almost always solves the easy prompts and never the hard ones, so their groups
-are all right or all wrong, while the medium ones (about half right) are what it can learn. Three arms, the same optimizer steps (one update
-per step):
+are all right or all wrong, while the medium ones (about half right) are what it can learn. Three arms, the same
+optimizer steps (one update per step):
 
     GRPO              trains on the whole batch; the dead groups' tokens sit in the loss's average (at Â = 0)
     GRPO-drop         drops them and averages over the informative groups only, sampling nothing more
