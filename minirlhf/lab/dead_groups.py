@@ -1,8 +1,9 @@
 """(d) Dynamic sampling gains per optimizer step when half the groups are dead.
 
 A group whose G rewards are all equal has Â = 0: it costs its sampling and teaches nothing. The difficulty mix makes
-about half of them so (prompts the model always or never solves). Three arms, the same optimizer steps (one update
-per step):
+about half of them so: the lab model almost always solves the easy prompts and never the hard ones, so their groups
+are all right or all wrong, while the medium ones (about half right) are what it can learn. Three arms, the same
+optimizer steps (one update per step):
 
     GRPO              trains on the whole batch; the dead groups' tokens sit in the loss's average (at Â = 0)
     GRPO-drop         drops them and averages over the informative groups only, sampling nothing more
@@ -25,10 +26,10 @@ GRPO, DROP, REFILL = "GRPO", "GRPO-drop", "dynamic sampling"
 
 def settings(quick: bool) -> dict:
     steps = 2 if quick else 60
-    return {"task": {"mix": (0.5, 0.0, 0.5), "max_new_tokens": 40},
+    return {"task": {"mix": (0.25, 0.5, 0.25), "max_new_tokens": 40},
             "grpo": {"steps": steps, "lr": 3e-4, "beta": 0.0, "prompts_per_step": 4 if quick else 8,
                      "group_size": 4, "epochs": 1, "aggregation": "token-mean"},
-            "learnable": ["easy"],  # the kinds whose held-out accuracy the criterion reads
+            "learnable": ["medium"],  # the kinds whose held-out accuracy the criterion reads
             "eval_every": steps if quick else 15, "eval_per_kind": 10 if quick else 200,
             "arms": {GRPO: {}, DROP: {"drop_dead_groups": True},
                      REFILL: {"dynamic_sampling": True, "max_sampling_rounds": 4}}}
