@@ -274,3 +274,16 @@ def test_cli_resume_continues_with_the_runs_own_settings(tmp_path, capsys):
     config = json.loads((tmp_path / "config.json").read_text())
     assert (config["prompts_per_step"], config["group_size"], config["steps"]) == (2, 2, 4)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000002", "step-000004"]
+
+
+@pytest.mark.parametrize("before, after", [
+    ({}, {"report_to": "tensorboard"}),
+    ({}, {"gradient_accumulation_steps": 2}),
+    ({"task": "lab", "task_option": ["mix=.5,.5,0"]}, {"task": "lab", "task_option": ["mix=0.5,0.5,0.0"]}),
+    ({"task": "lab", "task_option": ["filler=true", "tolerance=0"]}, {"task": "lab"}),
+])
+def test_resuming_with_what_changes_nothing_computed_does_not_warn(tmp_path, before, after):
+    folder = _tiny_checkpointer(tmp_path, **before).save(1, [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _tiny_checkpointer(tmp_path, resume=str(folder), **after).resume()
