@@ -287,3 +287,17 @@ def test_resuming_with_what_changes_nothing_computed_does_not_warn(tmp_path, bef
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _tiny_checkpointer(tmp_path, resume=str(folder), **after).resume()
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_resuming_a_decaying_schedule_with_other_steps_warns(tmp_path, schedule):
+    folder = _tiny_checkpointer(tmp_path, lr_schedule=schedule, steps=4).save(1, [])
+    with pytest.warns(UserWarning, match=rf"steps: 4 -> 8, over which the {schedule} lr schedule decays"):
+        _tiny_checkpointer(tmp_path, resume=str(folder), lr_schedule=schedule, steps=8).resume()
+
+
+def test_resuming_a_constant_lr_with_more_steps_does_not_warn(tmp_path):
+    folder = _tiny_checkpointer(tmp_path, steps=4).save(1, [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _tiny_checkpointer(tmp_path, resume=str(folder), steps=8).resume()

@@ -621,6 +621,10 @@ def _warn_about_changed_settings(path: Path, saved: dict[str, Any], current: dic
     # other data before this: here a field differs only in how it is written ("mix=.5,.5,0" for "mix=0.5,0.5,0.0")
     changed = [f"{k}: {saved[k]!r} -> {current[k]!r}" for k in saved
                if k not in RUN_CONTROL_FIELDS and k not in DATA_FIELDS and saved[k] != current[k]]
+    schedule = saved.get("lr_schedule", "constant")
+    if schedule != "constant" and saved["steps"] != current["steps"]:  # a decay runs to the last step
+        changed.append(f"steps: {saved['steps']} -> {current['steps']}, over which the {schedule} lr schedule "
+                       "decays: the lr jumps where the run resumes")
     if changed:
         warnings.warn(f"resuming {path} with other settings ({'; '.join(changed)}): the continued run is not the "
                       f"one that was interrupted", stacklevel=3)
