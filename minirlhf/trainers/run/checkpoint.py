@@ -482,7 +482,8 @@ def _read_lock(fd: int) -> str:
 
 def check_own_folder(resume: str | os.PathLike, out_dir: str | None) -> None:
     """A resumed run writes into the folder of the checkpoint it resumes from, nowhere else (checked by the config,
-    before anything is loaded)."""
+    before anything is loaded). A resume of nothing says so first, not that nothing is another run's folder."""
+    find_checkpoint(resume)
     own = run_folder(resume)
     if out_dir is not None and Path(out_dir).resolve() != own.resolve():
         raise UserError(
