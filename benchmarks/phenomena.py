@@ -19,6 +19,7 @@ import argparse
 import json
 import multiprocessing
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -66,15 +67,23 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [e for e in effects if e not in EFFECTS]
     if unknown or not effects:
         parser.error(f"--effects {args.effects!r}: unknown {unknown}; the effects are {','.join(EFFECTS)}")
+    if len(set(effects)) < len(effects):
+        parser.error(f"--effects {args.effects!r} names an effect twice")
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
     except ValueError:
         parser.error(f"--seeds {args.seeds!r} must be comma-separated whole numbers")
+    if not all(0 <= seed < 2**32 for seed in seeds) or len(set(seeds)) < len(seeds):
+        parser.error(f"--seeds {args.seeds!r} must be distinct whole numbers in [0, 2**32) (numpy's seeds)")
     seeds = seeds[:1] if args.quick else seeds
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs} must be at least 1")
+    out = Path(args.out)
+    try:  # before the runs, which take minutes: a folder they could not write into would lose them
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as err:
+        parser.error(f"--out {args.out!r}: cannot write there ({err.strerror})")
     report = {"machine": machine_info(), "quick": args.quick, "seeds": seeds, "jobs": args.jobs,
               "effects": run_effects(effects, seeds, args.quick, args.model, args.jobs)}
     for key, effect in report["effects"].items():

@@ -142,3 +142,31 @@ def test_phenomena_quick(tmp_path):
     assert dead["dynamic sampling"]["answers_sampled"] >= dead["GRPO"]["answers_sampled"]
     assert all(kept <= grpo["prompts_per_step"] for kept in dead["GRPO-drop"]["groups_kept"])
     assert "shows=" in stdout
+
+
+def _phenomena_main():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import phenomena
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    return phenomena
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--seeds", "-1"], "--seeds"), (["--seeds", "0,0"], "--seeds"), (["--seeds", str(2**32)], "--seeds"),
+    (["--effects", "a,a"], "--effects"), (["--effects", "zz"], "--effects"), (["--jobs", "0"], "--jobs"),
+    (["--out", "{file}"], "--out"), (["--out", "{file}/below"], "--out"), (["--out", "/proc"], "--out"),
+])
+def test_phenomena_refuses_bad_flags_before_any_run(tmp_path, monkeypatch, capsys, flags, named):
+    phenomena = _phenomena_main()
+    monkeypatch.setattr(phenomena, "run_effects", lambda *a: pytest.fail("an effect ran before the flags were checked"))
+    (tmp_path / "file").write_text("")
+    if "/proc" in flags and not Path("/proc").is_dir():
+        pytest.skip("no /proc, a folder nobody can write into, here")
+    argv = ["--effects", "a", "--out", str(tmp_path / "out")] + [f.format(file=tmp_path / "file") for f in flags]
+    with pytest.raises(SystemExit) as stop:
+        phenomena.main(argv)
+    assert stop.value.code == 2
+    assert named in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -274,3 +274,30 @@ def test_cli_resume_continues_with_the_runs_own_settings(tmp_path, capsys):
     config = json.loads((tmp_path / "config.json").read_text())
     assert (config["prompts_per_step"], config["group_size"], config["steps"]) == (2, 2, 4)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000002", "step-000004"]
+
+
+@pytest.mark.parametrize("before, after", [
+    ({}, {"report_to": "tensorboard"}),
+    ({}, {"gradient_accumulation_steps": 2}),
+    ({"task": "lab", "task_option": ["mix=.5,.5,0"]}, {"task": "lab", "task_option": ["mix=0.5,0.5,0.0"]}),
+    ({"task": "lab", "task_option": ["filler=true", "tolerance=0"]}, {"task": "lab"}),
+])
+def test_resuming_with_what_changes_nothing_computed_does_not_warn(tmp_path, before, after):
+    folder = _tiny_checkpointer(tmp_path, **before).save(1, [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _tiny_checkpointer(tmp_path, resume=str(folder), **after).resume()
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_resuming_a_decaying_schedule_with_other_steps_warns(tmp_path, schedule):
+    folder = _tiny_checkpointer(tmp_path, lr_schedule=schedule, steps=4).save(1, [])
+    with pytest.warns(UserWarning, match=rf"steps: 4 -> 8, over which the {schedule} lr schedule decays"):
+        _tiny_checkpointer(tmp_path, resume=str(folder), lr_schedule=schedule, steps=8).resume()
+
+
+def test_resuming_a_constant_lr_with_more_steps_does_not_warn(tmp_path):
+    folder = _tiny_checkpointer(tmp_path, steps=4).save(1, [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _tiny_checkpointer(tmp_path, resume=str(folder), steps=8).resume()

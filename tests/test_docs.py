@@ -119,3 +119,10 @@ def test_the_docs_pages_render_without_warnings(tmp_path):
     assert rendered.returncode == 0, f"sphinx:\n{rendered.stdout}{rendered.stderr}"
     for page in DOCS:
         assert (tmp_path / "site" / "docs" / f"{page.stem}.html").is_file(), f"{page.name} has no page"
+
+
+@pytest.mark.parametrize("page", [README, *DOCS], ids=lambda p: p.name)
+def test_every_lab_command_names_the_lab_model(page):
+    """The model is not implied by --task: a lab command without --model tiny-lab trains the arithmetic policy."""
+    commands = re.findall(r"(?:python -m minirlhf|`)[^`\n]*--task lab\b[^`\n]*", page.read_text())
+    assert all("--model tiny-lab" in command for command in commands), [c for c in commands if "tiny-lab" not in c]

@@ -122,3 +122,10 @@ def test_bad_ks_are_refused_before_sampling(ks, match):
         arithmetic.held_out_pass_at_k(None, None, n=16, ks=ks)
     with pytest.raises(ValueError, match=match):
         lab.held_out_pass_at_k(None, None, n=16, ks=ks)
+
+
+@pytest.mark.parametrize("ks, match", [
+    ((), "ks is empty"), ((0,), "k must be"), ((5,), "k must lie in"), ((1.5,), "k must be")])
+def test_mean_pass_at_k_refuses_bad_ks_even_with_right_counts(ks, match):
+    with pytest.raises(ValueError, match=match):
+        mean_pass_at_k([1, 2], n=4, ks=ks)

@@ -106,3 +106,17 @@ def test_an_ensemble_is_the_reward_of_the_sentiment_task():
     task = sentiment_task(ensemble)
     assert task.reward_fn(PROMPTS, TEXTS) == ensemble.score(PROMPTS, TEXTS)
     assert "offset" in ensemble.state_dict() and "scale" in ensemble.state_dict()  # a run fingerprints them
+
+
+@given(scores_kb, st.data(), st.sampled_from([math.nan, math.inf, -math.inf]), st.sampled_from(ENSEMBLE_RULES))
+def test_a_non_finite_score_is_refused_naming_where_it_is(scores, data, value, rule):
+    member = data.draw(st.integers(0, scores.shape[0] - 1))
+    answer = data.draw(st.integers(0, scores.shape[1] - 1))
+    scores[member, answer] = value
+    with pytest.raises(ValueError, match=f"first from member {member} on answer {answer}"):
+        ensemble_reward(scores, rule)
+
+
+def test_integer_scores_are_refused_by_name():
+    with pytest.raises(ValueError, match="scores must hold floats, got dtype torch.int64"):
+        ensemble_reward(torch.ones(2, 3, dtype=torch.long), "mean")

@@ -8,6 +8,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from safetensors.torch import load_file
 
 from minirlhf.tasks import arithmetic
@@ -151,3 +153,16 @@ def test_online_trainers_log_beta_and_move_it_by_the_batches_kl(train, config_cl
 def test_schedule_settings_that_cannot_work_are_refused_naming_the_field(settings, message):
     with pytest.raises(ValueError, match=r"GRPOConfig\." + message):
         GRPOConfig(**settings)
+
+
+@given(st.integers(1, 8), st.integers(2, 8), st.floats(1e-6, 100.0), st.floats(0.0, 1e6), st.floats(1e-3, 10.0))
+def test_every_accepted_horizon_keeps_beta_positive(prompts, group, horizon, kl, kl_target):
+    """A config the door lets through never moves β to 0 or below, whatever the batch's KL; one that could is
+    refused naming kl_horizon."""
+    settings = dict(prompts_per_step=prompts, group_size=group, beta=0.04, kl_target=kl_target, kl_horizon=horizon)
+    try:
+        config = GRPOConfig(**settings)
+    except ValueError as err:
+        assert "kl_horizon" in str(err) and horizon <= 0.2 * prompts * group
+        return
+    assert adaptive_kl_beta(config.beta, kl, kl_target, config.batch_size, horizon) > 0

@@ -51,6 +51,7 @@ def mean_pass_at_k(counts: Sequence[int], n: int, ks: Sequence[int]) -> dict[str
     answers among the n samples of each problem."""
     if not counts:
         raise ValueError("counts is empty: pass@k needs at least one problem")
+    check_ks(ks, n)
     return {f"pass@{k}": sum(pass_at_k(n, c, k) for c in counts) / len(counts) for k in ks}
 
 

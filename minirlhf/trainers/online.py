@@ -41,7 +41,7 @@ from minirlhf.trainers.config import (
     with_metavar,
 )
 from minirlhf.trainers.run import EVAL_PREFIX, Run, begin, held_out_metrics, load_policy, make_optimizer
-from minirlhf.trainers.run.schedule import adaptive_kl_beta
+from minirlhf.trainers.run.schedule import KL_ERROR_CLIP, adaptive_kl_beta
 
 
 @dataclass
@@ -91,6 +91,10 @@ class OnlineConfig(TrainConfig):
             if self.beta == 0:
                 raise ValueError(f"{type(self).__name__}.kl_target={self.kl_target!r} adapts β, which starts at "
                                  "beta = 0 and would stay there: give beta > 0 too (the start of β)")
+            if self.kl_horizon <= KL_ERROR_CLIP * self.batch_size:  # else 1 + K_β·e_t can reach 0 or below
+                raise ValueError(f"{type(self).__name__}.kl_horizon={self.kl_horizon!r} must exceed {KL_ERROR_CLIP} x "
+                                 f"the batch of {self.batch_size} samples: with K_β = batch / horizon, one step of "
+                                 "too little KL would take β to 0 or below")
         elif self.kl_horizon != 10000.0:
             raise ValueError(f"{type(self).__name__}.kl_horizon={self.kl_horizon!r} paces the adaptive KL "
                              "controller, which is off (kl_target = None): give kl_target too, or drop it")

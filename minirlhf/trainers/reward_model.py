@@ -133,6 +133,13 @@ def ensemble_reward(scores: torch.Tensor, rule: str = "min", lam: float = 1.0) -
     check_non_negative("lam", lam)
     if scores.dim() != 2 or scores.shape[0] == 0:
         raise ValueError(f"scores must be (K, B) with K >= 1 reward models, got shape {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        raise ValueError(f"scores must hold floats, got dtype {scores.dtype}")
+    bad = ~scores.isfinite()
+    if bad.any():
+        member, answer = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"scores holds {int(bad.sum())} inf/NaN value(s), first from member {member} on answer "
+                         f"{answer} ({scores[member, answer].item()}): no rule can combine it into a reward")
     mean = scores.mean(0)  # (B,) R̄
     variance = ((scores - mean) ** 2).mean(0)  # (B,) (1/K) Σ_k (R_k - R̄)², the population variance
     if rule == "min":

@@ -52,6 +52,7 @@ from torch import nn
 from minirlhf.errors import CheckpointDamaged, UserError
 from minirlhf.trainers.run.guard import NonFiniteError, check_weights, nonfinite_parameters
 from minirlhf.trainers.run.manifest import (
+    DATA_FIELDS,
     MANIFEST_FILE,
     RUN_FILES,
     fields_problem,
@@ -67,9 +68,11 @@ STATE_FILE = "state.json"
 TRAINER_STATE_FILE = "trainer_state.pt"
 LOCK_FILE = ".run.lock"  # inside out_dir while a run holds it: {"pid", "host", "started"} of the holder
 RESULTS = tuple(name for name in RUN_FILES if name != MANIFEST_FILE)  # what a run leaves in out_dir
-# Fields that may change between the interrupted and the resumed run without changing what it computes.
+# Fields that may change between the interrupted and the resumed run without changing what it computes
+# (gradient accumulation: the same update, to rounding; report_to: where the metrics are also written).
 RUN_CONTROL_FIELDS = {"steps", "out_dir", "resume", "fork_to", "save_every", "keep_checkpoints", "progress",
-                      "eval_every", "device", "debug", "gradient_checkpointing", "compile", "decoder", "overwrite"}
+                      "eval_every", "device", "debug", "gradient_checkpointing", "compile", "decoder", "overwrite",
+                      "gradient_accumulation_steps", "report_to"}
 
 RandomSource = random.Random | torch.Generator
 
@@ -479,7 +482,8 @@ def _read_lock(fd: int) -> str:
 
 def check_own_folder(resume: str | os.PathLike, out_dir: str | None) -> None:
     """A resumed run writes into the folder of the checkpoint it resumes from, nowhere else (checked by the config,
-    before anything is loaded)."""
+    before anything is loaded). A resume of nothing says so first, not that nothing is another run's folder."""
+    find_checkpoint(resume)
     own = run_folder(resume)
     if out_dir is not None and Path(out_dir).resolve() != own.resolve():
         raise UserError(
@@ -614,8 +618,14 @@ def restore_rng_states(states: dict[str, Any], rngs: dict[str, RandomSource]) ->
 
 
 def _warn_about_changed_settings(path: Path, saved: dict[str, Any], current: dict[str, Any]) -> None:
+    # what the run learns from (DATA_FIELDS) is compared in one spelling by manifest.check_same_data, which refuses
+    # other data before this: here a field differs only in how it is written ("mix=.5,.5,0" for "mix=0.5,0.5,0.0")
     changed = [f"{k}: {saved[k]!r} -> {current[k]!r}" for k in saved
-               if k not in RUN_CONTROL_FIELDS and saved[k] != current[k]]
+               if k not in RUN_CONTROL_FIELDS and k not in DATA_FIELDS and saved[k] != current[k]]
+    schedule = saved.get("lr_schedule", "constant")
+    if schedule != "constant" and saved["steps"] != current["steps"]:  # a decay runs to the last step
+        changed.append(f"steps: {saved['steps']} -> {current['steps']}, over which the {schedule} lr schedule "
+                       "decays: the lr jumps where the run resumes")
     if changed:
         warnings.warn(f"resuming {path} with other settings ({'; '.join(changed)}): the continued run is not the "
                       f"one that was interrupted", stacklevel=3)
