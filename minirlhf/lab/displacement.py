@@ -18,7 +18,7 @@ import random
 import statistics
 
 from minirlhf.lab.effect import Effect, differences
-from minirlhf.lab.observe import column, smooth, tail_mean
+from minirlhf.lab.observe import column, plot_curves, smooth, tail_mean
 
 DIGITS = "0123456789"
 REJECTED = ("near", "disjoint")  # y_l differs from y_w in its last digit, or in every digit
@@ -97,14 +97,11 @@ def across(seeds: list[dict]) -> dict:
 
 
 def plot(ax, seeds: list[dict]) -> None:
-    for figures in seeds:
-        for arm, color in (("DPO", "C3"), ("DPO + NLL", "C0"), ("DPO, disjoint", "C1")):
-            ax.plot(smooth(figures["arms"][arm]["chosen_shift"]), color=color, alpha=0.8,
-                    label=arm if figures is seeds[0] else None)
+    lines = [(arm, "chosen_shift", color, "-", arm)
+             for arm, color in (("DPO", "C3"), ("DPO + NLL", "C0"), ("DPO, disjoint", "C1"))]
+    plot_curves(ax, seeds, lines, ylabel="log p(y_w) - log p_ref(y_w) (nats)",
+                title="(f) the chosen answer's log-prob under DPO")
     ax.axhline(0.0, color="grey", linewidth=0.8)
-    ax.set(xlabel="step", ylabel="log p(y_w) - log p_ref(y_w) (nats)",
-           title="(f) the chosen answer's log-prob under DPO")
-    ax.legend(fontsize=8)
 
 
 EFFECT = Effect(

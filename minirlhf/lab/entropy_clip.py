@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from minirlhf.lab.effect import Effect, grpo_run
-from minirlhf.lab.observe import column, random_reward, smooth, tail_mean
+from minirlhf.lab.observe import column, plot_curves, random_reward, tail_mean
 
 SYMMETRIC, HIGHER = "(0.2, 0.2)", "(0.2, 0.28)"
 
@@ -51,12 +51,8 @@ def across(seeds: list[dict]) -> dict:
 
 
 def plot(ax, seeds: list[dict]) -> None:
-    for figures in seeds:
-        for arm, color in ((SYMMETRIC, "C3"), (HIGHER, "C0")):
-            ax.plot(smooth(figures["arms"][arm]["entropy"]), color=color, alpha=0.8,
-                    label=f"ε = {arm}" if figures is seeds[0] else None)
-    ax.set(xlabel="step", ylabel="entropy (nats per token)", title="(b) random rewards: entropy under the clip")
-    ax.legend(fontsize=8)
+    lines = [(arm, "entropy", color, "-", f"ε = {arm}") for arm, color in ((SYMMETRIC, "C3"), (HIGHER, "C0"))]
+    plot_curves(ax, seeds, lines, ylabel="entropy (nats per token)", title="(b) random rewards: entropy under the clip")
 
 
 EFFECT = Effect(

@@ -9,7 +9,7 @@ change correctness) gives the length room to drift without touching the reward.
 from __future__ import annotations
 
 from minirlhf.lab.effect import Effect, differences, grpo_run
-from minirlhf.lab.observe import column, smooth, tail_mean
+from minirlhf.lab.observe import column, plot_curves, tail_mean
 
 
 def settings(quick: bool) -> dict:
@@ -34,14 +34,9 @@ def run_seed(seed: int, settings: dict) -> dict:
 
 
 def plot(ax, seeds: list[dict]) -> None:
-    for figures in seeds:
-        for arm, color in (("seq-mean", "C3"), ("constant", "C0")):
-            ax.plot(smooth(figures["arms"][arm]["wrong_length"]), color=color, alpha=0.8,
-                    label=f"{arm}, wrong" if figures is seeds[0] else None)
-            ax.plot(smooth(figures["arms"][arm]["right_length"]), color=color, alpha=0.8, linestyle=":",
-                    label=f"{arm}, right" if figures is seeds[0] else None)
-    ax.set(xlabel="step", ylabel="mean answer length (tokens)", title="(a) length of wrong and right answers")
-    ax.legend(fontsize=8)
+    arms, kinds = (("seq-mean", "C3"), ("constant", "C0")), (("wrong", "-"), ("right", ":"))
+    lines = [(arm, f"{kind}_length", color, style, f"{arm}, {kind}") for arm, color in arms for kind, style in kinds]
+    plot_curves(ax, seeds, lines, ylabel="mean answer length (tokens)", title="(a) length of wrong and right answers")
 
 
 EFFECT = Effect(

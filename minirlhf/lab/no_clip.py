@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from minirlhf.lab.effect import RUN, Effect, differences
-from minirlhf.lab.observe import BatchRatios, column, smooth, tail_mean
+from minirlhf.lab.observe import BatchRatios, column, plot_curves, tail_mean
 
 CLIPPED, UNCLIPPED = "eps=0.2", "eps=inf"
 MARGIN = 0.05  # the accuracy gap asked for: over twice the standard error of a difference on ~1000 problems
@@ -63,13 +63,9 @@ def holds(arms: dict) -> bool:
 
 
 def plot(ax, seeds: list[dict]) -> None:
-    for figures in seeds:
-        for arm, color in ((CLIPPED, "C0"), (UNCLIPPED, "C3")):
-            ax.plot(smooth(figures["arms"][arm]["reward"], 5), color=color, alpha=0.8,
-                    label=arm if figures is seeds[0] else None)
-    ax.set(xlabel="step", ylabel="training reward (5-step mean)",
-           title="(g) PPO on arithmetic, 8 epochs x 8 minibatches per batch")
-    ax.legend(fontsize=8)
+    lines = [(arm, "reward", color, "-", arm) for arm, color in ((CLIPPED, "C0"), (UNCLIPPED, "C3"))]
+    plot_curves(ax, seeds, lines, window=5, ylabel="training reward (5-step mean)",
+                title="(g) PPO on arithmetic, 8 epochs x 8 minibatches per batch")
 
 
 EFFECT = Effect(

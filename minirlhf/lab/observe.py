@@ -94,3 +94,15 @@ def smooth(values: list[float | None], window: int = 10) -> list[float | None]:
         kept = [v for v in values[max(0, i - window + 1) : i + 1] if v is not None]
         out.append(sum(kept) / len(kept) if kept else None)
     return out
+
+
+def plot_curves(ax, seeds: list[dict], lines: list[tuple[str, str, str, str, str]], window: int = 10,
+                **labels: str) -> None:
+    """Every seed's per-step curves, smoothed over `window` steps, on one matplotlib Axes. `lines`: (arm, figure
+    key, colour, line style, legend label) each; the legend names each line once. `labels`: ylabel, title."""
+    for figures in seeds:
+        for arm, key, color, style, label in lines:
+            ax.plot(smooth(figures["arms"][arm][key], window), color=color, alpha=0.8, linestyle=style,
+                    label=label if figures is seeds[0] else None)
+    ax.set(xlabel="step", **labels)
+    ax.legend(fontsize=8)

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable
 
 from minirlhf.lab.effect import Effect, grpo_run
-from minirlhf.lab.observe import SeenCompletions, smooth, tail_mean
+from minirlhf.lab.observe import SeenCompletions, plot_curves, tail_mean
 
 ARMS = ("none", "mask", "soft")
 
@@ -80,14 +80,10 @@ def across(seeds: list[dict]) -> dict:
 
 
 def plot(ax, seeds: list[dict]) -> None:
-    for figures in seeds:
-        for arm, color in zip(ARMS, ("C3", "C0", "C2"), strict=True):
-            ax.plot(smooth(figures["arms"][arm]["right"]), color=color, alpha=0.8,
-                    label=f"{arm}: right answers" if figures is seeds[0] else None)
-            ax.plot(smooth(figures["arms"][arm]["truncated"]), color=color, alpha=0.8, linestyle=":",
-                    label=f"{arm}: cut off" if figures is seeds[0] else None)
-    ax.set(xlabel="step", ylabel="share of sampled answers", title="(c) cut-off answers: none, mask, soft penalty")
-    ax.legend(fontsize=8)
+    lines = [(arm, key, color, style, f"{arm}: {what}") for arm, color in zip(ARMS, ("C3", "C0", "C2"), strict=True)
+             for key, style, what in (("right", "-", "right answers"), ("truncated", ":", "cut off"))]
+    plot_curves(ax, seeds, lines, ylabel="share of sampled answers",
+                title="(c) cut-off answers: none, mask, soft penalty")
 
 
 EFFECT = Effect(
