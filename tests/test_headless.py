@@ -31,6 +31,7 @@ EXPLORER_CELLS = [  # every explorer call in notebooks/, and the live training p
     "widgets.gae_explorer(gamma=1.0, lam=0.95)",
     "widgets.group_size_explorer(G=8, p_correct=0.3)",
     "widgets.dpo_explorer(beta=0.1)",
+    "widgets.ratio_zoo_explorer(eps=0.2, eps_high=0.28, dual_clip_c=3.0, tau=1.0)",
     "live = widgets.LiveHistoryPlot(['loss'], every=1); display(live)\n"
     "for step in range(3): live({'step': step, 'loss': 1.0 / (step + 1)})",
 ]

@@ -285,6 +285,7 @@ WORKED_CASES = {
                     {"logits": (3.0, -2.0, 0.5, 0.0), "p_ref": (0.1, 0.6, 0.2, 0.1), "j": 1}],
     "seq-mean-token-weight": [{"advantage": -2.0}, {"length": 1, "B": 1}, {"advantage": 0.7, "length": 32, "B": 16}],
     "label-smoothing-optimum": [{"eps": 0.5}, {"beta": 0.1, "eps": 0.01}, {"beta": 2.0, "eps": 0.3}],
+    "pass-at-k": [{"n": 10, "c": 1, "k": 10}, {"n": 5, "c": 0, "k": 2}, {"n": 200, "c": 7, "k": 50}, {"k": 1}],
     "mcnemar-p": [{"only_a": 0, "only_b": 0}, {"only_a": 5, "only_b": 5}, {"only_a": 0, "only_b": 9},
                   {"only_a": 40, "only_b": 21}],
 }

@@ -100,6 +100,28 @@ def test_clip_higher_explorer_moves_each_edge():
                                line(viz.plot_clip(0.2).axes[0], "min(r·Â, clip(r)·Â)")[1])
 
 
+def test_ratio_zoo_explorer_draws_each_method_and_reads_its_weights():
+    """Every method has its f and ∂f/∂r curve on both signs of Â; the summary's weights are where each one stops."""
+    explorer = widgets.ratio_zoo_explorer(eps=0.2, eps_high=0.28, dual_clip_c=3.0, tau=1.0)
+    assert set(explorer.sliders) == {"eps", "eps_high", "dual_clip_c", "tau"}
+    assert all(slider.continuous_update is False for slider in explorer.sliders.values())
+    assert len(explorer.figure.axes) == 4
+    top_left = explorer.figure.axes[0]
+    assert [line.get_label() for line in top_left.get_lines()[:5]] == list(viz.ZOO_LABELS.values())
+    summary = explorer.summary
+    assert "PPO clip: r=0.5: +0.50/+0.00, r=1.5: +0.00/-1.50" in summary  # Â > 0 stops above 1.28, Â < 0 below 0.8
+    assert "dual-clip: r=0.5: +0.50/+0.00, r=1.5: +0.00/-1.50, r=3: +0.00/+0.00" in summary  # the floor c Â at r ≥ 3
+    assert "CISPO: r=0.5: +0.80/-0.80, r=1.5: +1.28/-1.28" in summary  # capped, never zero
+    explorer.sliders["dual_clip_c"].value = 2.0
+    assert "dual-clip: r=0.5: +0.50/+0.00, r=1.5: +0.00/-1.50, r=3: +0.00/+0.00" in explorer.summary
+    explorer.sliders["eps_high"].value = 0.6  # r = 1.5 is inside the range now: the clip lets it through
+    assert "PPO clip: r=0.5: +0.50/+0.00, r=1.5: +1.50/-1.50" in explorer.summary
+    assert "CISPO: r=0.5: +0.80/-0.80, r=1.5: +1.50/-1.50" in explorer.summary
+    slope = explorer.figure.axes[2].get_lines()[0].get_ydata()  # PPO clip's ∂f/∂r for Â = +1: 1 inside, 0 above
+    ratios = explorer.figure.axes[2].get_lines()[0].get_xdata()
+    assert np.all(slope[ratios > 1.61] == 0) and np.allclose(slope[(ratios > 0.1) & (ratios < 1.59)], 1)
+
+
 # ----------------------------------------------------------------------------- optimal policy
 
 

@@ -30,9 +30,10 @@ import torch
 from minirlhf import losses
 from minirlhf.checks import check_count, check_interval
 from minirlhf.course import stats, toy
+from minirlhf.tasks.pass_at_k import pass_at_k
 
 TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "grpo-since-r1",
-          "capstone")
+          "capstone", "toolbox")
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,11 @@ def _mcnemar_p(only_a: int, only_b: int) -> float:
     return stats.paired(correct_a, correct_b).p_value
 
 
+
+def _pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one problem from n samples with c right (minirlhf.tasks.pass_at_k)."""
+    return pass_at_k(n, c, k)
+
 # Worked solutions. Each `steps` function redoes an exercise by hand, with plain floats and the math module (it
 # reads the toy data, but calls no torch or minirlhf function), and returns the numbers its `worked` text quotes,
 # the result under "answer"; tests/test_quiz.py checks that "answer" equals the library's value for many parameters.
@@ -323,6 +329,14 @@ def _mcnemar_p_steps(only_a: int, only_b: int) -> dict:
     tail = sum(math.comb(n, k) for k in range(low + 1)) / 2**n
     return {"n": n, "low": low, "tail": tail, "answer": min(1.0, 2 * tail)}
 
+
+
+def _pass_at_k_steps(n: int, c: int, k: int) -> dict:
+    # pass@k = 1 - C(n - c, k) / C(n, k): one minus the chance that k of the n samples, drawn without replacement,
+    # are all wrong;  the naive 1 - (1 - c/n)^k draws with replacement
+    all_wrong = math.comb(n - c, k) / math.comb(n, k)
+    return {"wrong": n - c, "subsets": math.comb(n, k), "wrong_subsets": math.comb(n - c, k), "all_wrong": all_wrong,
+            "naive": 1 - (1 - c / n) ** k, "answer": 1 - all_wrong}
 
 @dataclass(frozen=True)
 class Exercise:
@@ -453,6 +467,19 @@ EXERCISES_LIST = [
              "probability 1/2, so the smaller count is Binomial({n}, 1/2).\n"
              "P(count ≤ {low}) = Σ_(k ≤ {low}) C({n}, k) / 2^{n} = {tail:.4f}; two-sided, doubled (at most 1): "
              "p = {answer:.4f}. The problems both got right or both got wrong say nothing about which is better.",
+             tol=1e-3),
+    Exercise("pass-at-k", "toolbox",
+             "n = {n} answers sampled for one problem, c = {c} of them right. The unbiased estimate of pass@k for "
+             "k = {k}.",
+             _pass_at_k, {"n": 16, "c": 3, "k": 4},
+             _pass_at_k_steps,
+             "pass@k is the chance that a set of k answers holds at least one right one; from the n samples, take "
+             "every k-subset: C({n}, {k}) = {subsets} of them, of which C({wrong}, {k}) = {wrong_subsets} hold only "
+             "wrong answers.\n"
+             "P(all k wrong) = {wrong_subsets} / {subsets} = {all_wrong:.4f}, so pass@{k} = 1 - {all_wrong:.4f} = "
+             "{answer:.4f}.\n"
+             "The plug-in 1 - (1 - c/n)^k = {naive:.4f} draws the k with replacement; averaged over the draws of the n "
+             "samples it falls below the true pass@k (Jensen: 1 - (1 - p)^k is concave in p).",
              tol=1e-3),
 ]
 EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}

@@ -183,6 +183,15 @@ def gspo_sequence_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.
     return torch.exp(log_ratio.sum(-1) / lengths)
 
 
+
+def cispo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, eps_low: float,
+                    eps_high: float) -> torch.Tensor:
+    """sg[clip(r, 1 - ε_low, 1 + ε_high)] · Â · log p_θ elementwise, r = exp(logp - old_logp), to MAXIMISE."""
+    ratio = torch.exp(logp - old_logp)  # r_t(θ) = p_θ / p_θold
+    weight = torch.clamp(ratio, 1 - eps_low, 1 + eps_high).detach()  # a capped importance weight, a constant
+    return weight * advantages * logp  # REINFORCE's Â log p_θ, weighted: every token keeps its gradient
+
+
 def my_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):
     """One GRPO step: sample G answers per prompt, reward, group advantages, clipped loss (β = 0), one update."""
     model.eval()

@@ -77,6 +77,40 @@ def plot_clip(eps: float = 0.2, ratios: Sequence[float] = LECTURE_RATIOS, r_max:
     return _finish(fig, f"clip-higher surrogate, ε_low = {eps:.2f}, ε_high = {eps_high:.2f}")
 
 
+ZOO_LABELS = {"clip": "PPO clip", "dual-clip": "dual-clip", "cispo": "CISPO", "sapo": "SAPO", "gmpo": "GMPO"}
+
+
+def plot_ratio_zoo(eps: float = 0.2, eps_high: float = 0.2, dual_clip_c: float = 3.0, tau: float = 1.0,
+                   r_max: float = 4.0) -> Figure:
+    """The ratio zoo: each method's objective f(r, Â) (top) and its slope ∂f/∂r (bottom) against r, for Â = +1
+    (left) and Â = -1 (right), from ``losses.ratio_function_grid`` (the loss code itself, through autograd). SAPO
+    uses one temperature τ on both sides. Where a slope is 0 the method stops that token's gradient. The slope
+    panels stop at ±2: CISPO's, clip(r)·Â/r, grows without bound as r → 0."""
+    fig, axes = new_figure(ncols=2, nrows=2)
+    r = torch.linspace(0.02, r_max, 400, dtype=torch.float64)
+    advantages = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    for k, (name, label) in enumerate(ZOO_LABELS.items()):
+        grid = losses.ratio_function_grid(name, r, advantages, eps, eps_high, dual_clip_c=dual_clip_c, tau_pos=tau,
+                                          tau_neg=tau)
+        style = {"color": f"C{k}", "lw": 2.2 - 0.3 * k, "ls": ("-", "--", "-.", ":", (0, (5, 1)))[k]}
+        for column in range(2):
+            axes[0, column].plot(r, grid["objective"][:, column], label=label, **style)
+            axes[1, column].plot(r, grid["slope"][:, column], **style)
+    for column, advantage in enumerate((1.0, -1.0)):
+        axes[0, column].set_title(f"f(r, Â), Â = {advantage:+.0f}")
+        axes[1, column].set_title(f"∂f/∂r, Â = {advantage:+.0f}  (0: no gradient)")
+        axes[1, column].set_xlabel("ratio r = p_θ / p_θold")
+        axes[1, column].set_ylim(-2, 2)  # CISPO's slope clip(r)·Â/r grows without bound as r → 0
+        for ax in axes[:, column]:
+            ax.axhline(0, color="gray", lw=0.6)
+            for edge in (1 - eps, 1 + eps_high):
+                ax.axvline(edge, color="gray", lw=0.8, ls=":")
+            ax.set_xlim(0, r_max)
+    axes[0, 0].legend(fontsize=8, loc="upper left")
+    return _finish(fig, f"f(r, Â) of each method: ε = {eps:.2f}, ε_high = {eps_high:.2f}, dual-clip c = "
+                        f"{dual_clip_c:.1f}, SAPO τ = {tau:.2f}")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # KL-regularised objective
 # ---------------------------------------------------------------------------------------------------------

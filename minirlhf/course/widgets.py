@@ -13,6 +13,7 @@ logic, so they can be called and tested without a browser.
     widgets.dpo_explorer()           # β slider: DPO loss and gradient weight
     widgets.group_size_explorer()    # G and P(correct) sliders: GRPO's group baseline
     widgets.kl_estimator_explorer()  # β slider: k1 / k2 / k3 against the exact KL
+    widgets.ratio_zoo_explorer()     # ε, ε_high, c, τ sliders: f(r, Â) and ∂f/∂r of clip, dual-clip, CISPO, SAPO, GMPO
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import math
 from collections.abc import Callable, Sequence
 
 import ipywidgets as W
+import torch
 from IPython.display import clear_output, display
 from matplotlib.figure import Figure
 
+from minirlhf import losses
 from minirlhf.course import toy, viz
 
 OUTPUT_HEIGHT = "440px"  # fits one WIDTH x HEIGHT figure plus the summary line
@@ -234,6 +237,37 @@ def render_kl_estimators(beta: float, n_trials: int = 1000) -> tuple[Figure, str
 def kl_estimator_explorer(beta: float = 0.5) -> Explorer:
     """β slider: bias and spread of the KL estimators as p_θ drifts from p_ref."""
     return Explorer(render_kl_estimators, {"beta": _beta_slider(beta)})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The ratio zoo: ε, ε_high, c, τ
+# ---------------------------------------------------------------------------------------------------------
+
+ZOO_RATIOS = (0.5, 1.5, 3.0, 5.0)  # the ratios the summary reads: inside and outside every clip range
+
+
+def render_ratio_zoo(eps: float, eps_high: float, dual_clip_c: float, tau: float) -> tuple[Figure, str]:
+    """f(r, Â) and ∂f/∂r of every method of the zoo; the summary gives, at a few ratios, the weight on
+    ∇ log p_θ (r ∂f/∂r) of each method for Â = ±1, "0" where its gradient stops."""
+    ratios = torch.tensor(ZOO_RATIOS, dtype=torch.float64)
+    advantages = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    lines = []
+    for name, label in viz.ZOO_LABELS.items():
+        weight = losses.ratio_function_grid(name, ratios, advantages, eps, eps_high, dual_clip_c=dual_clip_c,
+                                            tau_pos=tau, tau_neg=tau)["weight"]
+        cells = [f"r={r:g}: {weight[i, 0].item():+.2f}/{weight[i, 1].item():+.2f}" for i, r in enumerate(ZOO_RATIOS)]
+        lines.append(f"{label}: " + ", ".join(cells))
+    summary = "weight on ∇log p_θ for Â = +1/-1 (0: the gradient stops): " + "; ".join(lines)
+    return viz.plot_ratio_zoo(eps, eps_high, dual_clip_c, tau, r_max=6.0), summary
+
+
+def ratio_zoo_explorer(eps: float = 0.2, eps_high: float = 0.28, dual_clip_c: float = 3.0,
+                       tau: float = 1.0) -> Explorer:
+    """ε, ε_high, dual-clip's c and SAPO's τ sliders over the zoo's f(r, Â) and ∂f/∂r."""
+    return Explorer(render_ratio_zoo, {"eps": _slider("ε", eps, 0.05, 0.8, 0.01),
+                                       "eps_high": _slider("ε_high", eps_high, 0.05, 0.8, 0.01),
+                                       "dual_clip_c": _slider("c", dual_clip_c, 1.5, 5.0, 0.1),
+                                       "tau": _slider("τ", tau, 0.25, 4.0, 0.05)}, height="900px")
 
 
 # ---------------------------------------------------------------------------------------------------------

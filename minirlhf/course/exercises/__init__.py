@@ -16,7 +16,8 @@ of each worked solution, whose outputs tell the kinds apart) and the catalogued 
 with the student's.
 
 The engine (`engine`) knows no topic; each notebook topic declares its exercises in a catalogue module
-(`policy_gradient`, `ppo`, `grpo`, `dpo`, `reward_model`, `grpo_r1`): cases, reference, wrong versions and their hints.
+(`policy_gradient`, `ppo`, `grpo`, `dpo`, `reward_model`, `grpo_r1`,
+`toolbox`): cases, reference, wrong versions and their hints.
 Adding an exercise is one `Exercise(...)` entry there, with its worked solution in minirlhf.course.solutions.
 
 In the notebooks each stub cell carries the tag "exercise:<id>" in its metadata; `fill_solutions(nb)` replaces
@@ -30,7 +31,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from minirlhf.course.exercises import dpo, grpo, grpo_r1, policy_gradient, ppo, reward_model
+from minirlhf.course.exercises import dpo, grpo, grpo_r1, policy_gradient, ppo, reward_model, toolbox
 from minirlhf.course.exercises.engine import STRICT_ENV, Case, Exercise, ExerciseFailed, Mistake, Variant, check
 
 __all__ = ["CAPSTONE_TAG", "STRICT_ENV", "TAG_PREFIX", "Case", "Exercise", "ExerciseFailed", "Mistake", "Variant",
@@ -40,7 +41,7 @@ __all__ = ["CAPSTONE_TAG", "STRICT_ENV", "TAG_PREFIX", "Case", "Exercise", "Exer
 TAG_PREFIX = "exercise:"
 CAPSTONE_TAG = "capstone:grpo-step"  # the capstone's my_step (minirlhf.course.capstone)
 EXERCISES_LIST: list[Exercise] = [*policy_gradient.EXERCISES, *ppo.EXERCISES, *grpo.EXERCISES, *dpo.EXERCISES,
-                                  *reward_model.EXERCISES, *grpo_r1.EXERCISES]
+                                  *reward_model.EXERCISES, *grpo_r1.EXERCISES, *toolbox.EXERCISES]
 EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}
 
 
