@@ -317,7 +317,7 @@ def check_behaviour_correction(trainer, s: Settings, seed: int = 0) -> list[dict
     prompt_ids = torch.randint(2, 50, (B, P), generator=g)
     logp = -torch.rand(B, C, generator=g) * 2
     old = logp + 0.3 * torch.randn(B, C, generator=g)
-    sampler = old + 0.7 * torch.randn(B, C, generator=g)  # μ far enough from p_θold that C = 3 acts
+    sampler = old + torch.randn(B, C, generator=g)  # μ far enough from p_θold that C = 3 acts on several
     logp, old, sampler = (torch.where(mask.bool(), t, torch.zeros_like(t)) for t in (logp, old, sampler))
     sampler_lists = [row[: int(n)].tolist() for row, n in zip(sampler, lengths)]
     rows = []
