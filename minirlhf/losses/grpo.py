@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+import minirlhf.losses.importance as behaviour  # (the same for the sampler correction's cap)
 import minirlhf.losses.ratio_objectives as zoo  # its constants through their module, which alone defines them
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
 from minirlhf.losses._contract import (
@@ -34,7 +35,7 @@ from minirlhf.losses._contract import (
     _zero_padding,
 )
 from minirlhf.losses.aggregation import aggregate, masked_mean, masked_whiten
-from minirlhf.losses.importance import BEHAVIOUR_CAP, behaviour_weight, check_behaviour_correction
+from minirlhf.losses.importance import behaviour_weight, check_behaviour_correction
 from minirlhf.losses.kl import kl_k1, kl_k3
 from minirlhf.losses.ppo import _ratio_max, gae, token_rewards
 from minirlhf.losses.ratio_objectives import _clip_fractions_of, gmpo_ratio, ratio_objective
@@ -101,7 +102,7 @@ def grpo_per_token_loss(
     tau_neg: float = zoo.SAPO_TAU_NEG,
     behaviour_logp: Tensor | None = None,
     behaviour_correction: str = "none",
-    behaviour_cap: float = BEHAVIOUR_CAP,
+    behaviour_cap: float = behaviour.BEHAVIOUR_CAP,
 ) -> Tensor:
     """The GRPO loss of each token, (B, T), 0 on padding: PPO's clipped objective with one advantage per sequence
     and a k3 KL penalty, negated.
@@ -177,7 +178,7 @@ def grpo_loss(
     tau_neg: float = zoo.SAPO_TAU_NEG,
     behaviour_logp: Tensor | None = None,
     behaviour_correction: str = "none",
-    behaviour_cap: float = BEHAVIOUR_CAP,
+    behaviour_cap: float = behaviour.BEHAVIOUR_CAP,
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO loss: PPO's clipped objective with one advantage per sequence and a k3 KL penalty.
 

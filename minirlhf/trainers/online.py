@@ -324,7 +324,7 @@ class Experience:
 
     rollout: Rollout  # this process's share of the sampled batch, full width (b, P + N)
     mask: torch.Tensor  # (B, N) response tokens (EOS included)
-    old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling
+    old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling (or recomputed: sampling_precision)
     ref_logp: torch.Tensor | None  # (B, N) log p_ref(y_t | x, y_<t); None when β = 0
     rewards: torch.Tensor  # (B,) R(x, y)
     ended_with_eos: torch.Tensor  # (B,) bool: the answer ended before the response budget
@@ -363,7 +363,9 @@ def collect(
     runtime: Runtime | None = None,
 ) -> Experience:
     """Sample and score this process's share of the step's prompts (all of them on a single process; groups stay
-    whole), then gather the batch whole (`Runtime.gather`). Sampling and p_ref run under the runtime's autocast."""
+    whole), then gather the batch whole (`Runtime.gather`). Sampling runs under the autocast of
+    config.sampling_precision (the runtime's when "same"; else log p_θold is recomputed under the runtime's), p_ref
+    under the runtime's."""
     runtime = runtime or Runtime(precision="fp32")
     prompts, columns = prompt_columns(runtime.shard(draw_prompts(task, config.prompts_per_step, rng)))
     with sampling_autocast(runtime, config.sampling_precision):
