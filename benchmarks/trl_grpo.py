@@ -25,6 +25,10 @@ Cross-check (also run by tests/test_benchmarks_trl.py), all against TRL's own co
   old log-probs so that clipping is active) against `losses.grpo_loss`, for the aggregation pairs
   grpo = seq-mean, bnpo = token-mean, dapo = token-mean, dr_grpo = constant, and for the ratio zoo: TRL's
   loss_type cispo and sapo and its delta against policy_loss cispo, sapo and dual-clip;
+- the sampler's importance weight (three policies): TRL's vLLM importance-sampling correction, computed by its own
+  `_generate_and_score_completions` from fixed completions and sampler log-probs (its generation replaced), in
+  each vllm_importance_sampling_mode, against `losses.behaviour_weight`; then `_compute_loss` with that weight
+  against `grpo_loss(behaviour_correction=...)`, loss and gradient;
 - the same model and a TRL-sampled batch (real forward passes): loss and parameter gradients.
 Differences by definition (std + 1e-4 vs max(std, 1e-4), the ratio-weighted KL, position ids of left-padded
 prompts) are reported with their size, not hidden.
@@ -42,6 +46,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import math
 import random
 import sys
 import tempfile
@@ -71,7 +76,7 @@ from _trl_common import (
 )
 
 from minirlhf.logprobs import response_logprobs
-from minirlhf.losses import grpo_advantages, grpo_loss
+from minirlhf.losses import behaviour_weight, grpo_advantages, grpo_loss
 from minirlhf.models import disable_dropout, load_model
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.grpo import GRPOConfig as MiniGRPOConfig
@@ -273,6 +278,78 @@ def check_ratio_zoo(trainer, batch, logp, old, ref, advantages, mask, s: Setting
     return rows
 
 
+# TRL's vllm_importance_sampling_mode -> minirlhf's behaviour_correction
+BEHAVIOUR_MODES = [("token_truncate", "token-truncate"), ("token_mask", "token-mask"),
+                   ("sequence_truncate", "sequence-truncate"), ("sequence_mask", "sequence-mask")]
+BEHAVIOUR_CAP = 3.0  # TRL's default vllm_importance_sampling_clip_max
+
+
+def trl_behaviour_weight(trainer, mode: str, prompt_ids: torch.Tensor, completions: list[list[int]],
+                         old: torch.Tensor, sampler: list[list[float]]) -> dict:
+    """TRL's own `_generate_and_score_completions` with use_vllm on: its generation replaced by the fixed
+    `completions` and sampler log-probs, its old-log-prob forward by `old` (B, C); returns its batch, which holds the
+    importance_sampling_ratio it computed."""
+    texts = [trainer.processing_class.decode(ids) for ids in completions]
+
+    def generate(prompts):
+        return prompt_ids.tolist(), completions, None, texts, sampler, {}, None, None
+
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+    trainer.vllm_importance_sampling_mode, trainer.vllm_importance_sampling_clip_max = mode, BEHAVIOUR_CAP
+    trainer._generate = generate
+    trainer._get_per_token_logps_and_entropies = lambda *args, **kwargs: (old, None, None)
+    try:
+        return trainer._generate_and_score_completions([{"prompt": "1+1="}] * len(completions))
+    finally:
+        del trainer._generate, trainer._get_per_token_logps_and_entropies  # back to the class's methods
+        trainer.use_vllm = False
+
+
+def check_behaviour_correction(trainer, s: Settings, seed: int = 0) -> list[dict]:
+    """The sampler's importance weight p_θold/μ, capped at C = 3 in TRL's four modes: TRL's weight against
+    behaviour_weight (on real tokens), then TRL's loss with it against grpo_loss(behaviour_correction=...)."""
+    g = torch.Generator().manual_seed(seed)
+    B, P, C = 2 * s.group_size, 4, s.max_new_tokens
+    lengths = torch.randint(1, C + 1, (B,), generator=g)
+    lengths[0] = C
+    mask = (torch.arange(C)[None, :] < lengths[:, None]).long()
+    completions = [torch.randint(2, 50, (int(n),), generator=g).tolist() for n in lengths]
+    prompt_ids = torch.randint(2, 50, (B, P), generator=g)
+    logp = -torch.rand(B, C, generator=g) * 2
+    old = logp + 0.3 * torch.randn(B, C, generator=g)
+    sampler = old + torch.randn(B, C, generator=g)  # μ far enough from p_θold that C = 3 acts on several
+    logp, old, sampler = (torch.where(mask.bool(), t, torch.zeros_like(t)) for t in (logp, old, sampler))
+    sampler_lists = [row[: int(n)].tolist() for row, n in zip(sampler, lengths)]
+    rows = []
+    for trl_mode, ours in BEHAVIOUR_MODES:
+        batch = trl_behaviour_weight(trainer, trl_mode, prompt_ids, completions, old, sampler_lists)
+        trl_weight = batch["importance_sampling_ratio"].expand(B, C)
+        weight = behaviour_weight(old, sampler, mask, ours, BEHAVIOUR_CAP)
+        log_rho = (old - sampler) * mask  # (B, C); per answer, summed
+        capped = (log_rho.sum(-1) if ours.startswith("sequence") else log_rho[mask.bool()]) > math.log(BEHAVIOUR_CAP)
+        unit = "answers" if ours.startswith("sequence") else "tokens"
+        setting = (f"fixed log-prob tensors, vllm_importance_sampling_mode={trl_mode} vs behaviour_correction={ours}, "
+                   f"C={BEHAVIOUR_CAP}, {int(capped.sum())} {unit} with ρ > C")
+        rows.append(check_row("sampler importance weight p_θold/μ", setting, max_abs_diff(weight * mask,
+                                                                                           trl_weight * mask)))
+        batch["ref_per_token_logps"] = logp + 0.5 * torch.randn(B, C, generator=g)  # β > 0: the KL term unweighted
+        trainer.use_vllm = True
+        trl_logp = logp.clone().requires_grad_(True)
+        loss_trl = trainer._compute_loss(FixedLogProbModel(torch.cat([torch.zeros(B, P - 1), trl_logp], dim=1)), batch)
+        trainer.use_vllm = False
+        loss_trl.backward()
+        our_logp = logp.clone().requires_grad_(True)
+        loss, _ = grpo_loss(our_logp, old, batch["ref_per_token_logps"], batch["advantages"], mask, eps=s.eps,
+                            beta=s.beta, aggregation=s.aggregation, behaviour_logp=sampler, behaviour_correction=ours,
+                            behaviour_cap=BEHAVIOUR_CAP)
+        loss.backward()
+        setting = f"{setting}, loss_type=grpo vs aggregation=seq-mean, β={s.beta}, ε={s.eps}"
+        rows.append(check_row("GRPO loss, sampler correction", setting, max_abs_diff(loss.detach(), loss_trl.detach())))
+        rows.append(check_row("∂loss/∂ per-token log-probs, sampler correction", setting,
+                              max_abs_diff(our_logp.grad, trl_logp.grad)))
+    return rows
+
+
 def check_same_model(trainer, policy_ours, prompts_same_length, prompts_mixed, s: Settings) -> list[dict]:
     """A batch sampled and scored by TRL (`_generate_and_score_completions`: completions, rewards, advantages,
     reference log-probs); then TRL's `_compute_loss` and minirlhf's response_logprobs + grpo_loss on it."""
@@ -353,6 +430,7 @@ def cross_check(s: Settings | None = None) -> list[dict]:
         trainer = _trainer(policy, tokenizer, s, reward, tmp)
         rows = check_advantages(trainer, reward, same_length, s.group_size)
         rows += check_loss_fixed_tensors(trainer, s)
+        rows += check_behaviour_correction(trainer, s)
         rows += check_same_model(trainer, policy_ours, same_length, mixed, s)
     return rows
 

@@ -10,7 +10,9 @@ in columns [P, P + max_new_tokens). Everything after a completion's first EOS is
 `logprobs` are the sampling-time log-probs log p_θold(y_t | x, y_<t) of the *temperature-scaled*
 distribution, before top-k/top-p filtering: the same numbers `response_logprobs(..., temperature)` recomputes,
 so the first PPO/GRPO ratio is exactly 1. (With top-k/top-p the tokens come from the truncated distribution;
-the log-probs stay those of the full one, as TRL and most libraries do.)
+the log-probs stay those of the full one, as TRL and most libraries do.) `sampler_logprobs` are the log-probs of
+the distribution each token was actually drawn from, the sampler μ: filtered and renormalised, in the precision
+sampling ran in (equal to `logprobs` without top-k/top-p; see minirlhf.losses.importance for what μ ≠ p_θold does).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Rollout:
     logprobs: torch.Tensor  # (B, P + N) sampling-time log p_θold(y_t | ...), zero off the response
     prompt_length: int  # P: responses start at this column
     ended_with_eos: torch.Tensor  # (B,) bool: False means truncated at max_new_tokens
+    sampler_logprobs: torch.Tensor | None = None  # (B, P + N) log μ(y_t | ...) of the drawn tokens, zero elsewhere
 
     @property
     def response_lengths(self) -> torch.Tensor:  # (B,)
@@ -111,6 +114,7 @@ def sample(
     with eval_mode(model):  # dropout off while sampling; the model's own mode is restored after
         tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
         token_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N)
+        sampler_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N) log μ
         alive = torch.ones(B, dtype=torch.bool, device=device)  # no EOS yet
         lengths = torch.zeros(B, dtype=torch.long, device=device)  # response length incl. EOS
         # First the n prompts; their KV cache and last logits are then repeated G times (row i*G + g <- prompt i).
@@ -132,11 +136,14 @@ def sample(
             if greedy:
                 next_token = logits.argmax(-1)
             else:
-                probs = filter_logits(logits / temperature, top_k, top_p).softmax(-1)
+                filtered = filter_logits(logits / temperature, top_k, top_p)  # (B, V) μ's logits
+                probs = filtered.softmax(-1)
                 next_token = (probs / _exponential_noise(total, probs, generator)[rows]).argmax(-1)
             next_token = torch.where(alive, next_token, torch.full_like(next_token, pad_id))
             tokens[:, t] = next_token
             token_logp[:, t] = torch.where(alive, logprobs_from_logits(logits, next_token, temperature), 0.0)
+            if not greedy:  # (greedy: μ is a point mass, log μ = 0)
+                sampler_logp[:, t] = torch.where(alive, logprobs_from_logits(filtered, next_token), 0.0)
             lengths += alive.long()
             alive &= next_token != eos_id
             if not bool(alive.any()) or t + 1 == max_new_tokens:
@@ -171,6 +178,7 @@ def sample(
         logprobs=torch.cat([zeros.float(), token_logp], dim=1),
         prompt_length=P,
         ended_with_eos=~alive,
+        sampler_logprobs=torch.cat([zeros.float(), sampler_logp], dim=1),
     )
 
 

@@ -72,6 +72,10 @@ def test_grpo_cross_check_against_trl(tmp_path):
     for pair in ("loss_type=cispo", "policy_loss=cispo"), ("loss_type=sapo", "policy_loss=sapo"), (
             "delta=1.25", "policy_loss=dual-clip"):
         assert sum(all(part in setting for part in pair) for setting in zoo) == 2, pair  # loss and gradient
+    sampler = [r["setting"] for r in rows["match"] if r["quantity"].endswith("sampler correction")
+               or r["quantity"] == "sampler importance weight p_θold/μ"]
+    for mode in ("token-truncate", "token-mask", "sequence-truncate", "sequence-mask"):  # weight, loss, gradient
+        assert sum(f"behaviour_correction={mode}," in setting for setting in sampler) == 3, mode
     differs = {r["quantity"] for r in rows["differs by definition"]}
     assert differs == {"advantages", "GRPO loss", "∂loss/∂ per-token log-probs",
                        "per-token log-probs, rows WITH left padding"}

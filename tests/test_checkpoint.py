@@ -60,6 +60,10 @@ METHODS = {
                       lambda c: train_reinforce(_length_task(), c)[2], ["model"]),
     "grpo": (GRPOConfig, dict(ONLINE, beta=0.04, epochs=2, minibatch_size=4),
              lambda c: train_grpo(_length_task(), c)[2], ["model"]),
+    # a sampler μ that is not p_θold (top-p, bf16) and its importance weight
+    "grpo-sampler-correction": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, top_p=0.9,
+                                                 sampling_precision="bf16", behaviour_correction="sequence-mask"),
+                                lambda c: train_grpo(_length_task(), c)[2], ["model"]),
     "ppo": (PPOConfig, dict(ONLINE, group_size=1, prompts_per_step=8, minibatch_size=4, epochs=2),
             lambda c: train_ppo(_length_task(), c)[2], ["model", "value_head"]),
     "reward-model": (RewardModelConfig, dict(model="tiny", batch_size=10, eval_every=1000, progress=False),

@@ -52,7 +52,8 @@ VALID_INPUTS = {  # loss -> valid arguments (B = 2 sequences of 3 real tokens)
                              all_chosen_lengths=torch.full((4,), 3.0)),
     "bradley_terry_per_pair_loss": lambda: VALID_INPUTS["bradley_terry_loss"](),
     "grpo_loss": lambda: dict(logp=_logps(2, 3), old_logp=_logps(2, 3), ref_logp=_logps(2, 3),
-                              advantages=torch.randn(2), mask=torch.ones(2, 3), eps=0.2, beta=0.04),
+                              advantages=torch.randn(2), mask=torch.ones(2, 3), eps=0.2, beta=0.04,
+                              behaviour_logp=_logps(2, 3), behaviour_correction="token-truncate"),
     "grpo_per_token_loss": lambda: VALID_INPUTS["grpo_loss"](),
     "kto_loss": lambda: dict(policy_logps=_logps(2), ref_logps=_logps(2), desirable=torch.tensor([True, False]),
                              policy_kl_logps=_logps(3), ref_kl_logps=_logps(3), beta=0.1),
@@ -119,10 +120,10 @@ NOT_LOSSES = {
     "estimators": {"kl_k1", "kl_k2", "kl_k3", "clipped_surrogate", "sequence_ratio", "ema_baseline", "gae",
                    "grpo_advantages", "rloo_advantages", "reinforce_plus_plus_advantages", "kl_shaped_rewards",
                    "token_rewards", "dual_clip_surrogate", "cispo_surrogate", "sapo_surrogate", "gmpo_log_ratio",
-                   "gmpo_ratio", "ratio_objective"},
+                   "gmpo_ratio", "ratio_objective", "behaviour_log_ratio", "behaviour_weight"},
     "helpers": {"aggregate", "masked_sum", "masked_mean", "masked_whiten", "informative_groups", "mask_truncated",
                 "ratio_function_grid"},
-    "logging": {"explained_variance", "pair_accuracy"},
+    "logging": {"explained_variance", "pair_accuracy", "behaviour_metrics"},
 }
 
 

@@ -8,6 +8,8 @@ of the course, each in the order of its notebook:
                      07        GSPO's sequence ratio, REINFORCE++
     ratio_objectives           the ratio zoo: the objective f(r, Â) each method puts on r_t(θ) (clip, dual-clip,
                                CISPO, SAPO, GMPO), selected by grpo_loss(policy_loss=...)
+    importance                 three policies: the sampler μ's weight p_θold/μ, truncated or masked at a cap
+                               (TIS, MIS), selected by grpo_loss(behaviour_correction=...)
     preference       05a, 05b  Bradley-Terry, DPO and its options (IPO, hinge, RPO), SimPO, ORPO, KTO
     aggregation                the masked reductions every chapter shares (``aggregate``, ``masked_mean``, ...)
     _contract                  the validity rules every loss checks (shapes, masks, inf/NaN, empty batches)
@@ -22,6 +24,7 @@ Notation
 p_θ       the policy being trained          logp      log p_θ(y_t | x, y_<t)
 p_θold    the policy that sampled the data  old_logp  log p_θold(y_t | x, y_<t)
 p_ref     the frozen reference model        ref_logp  log p_ref(y_t | x, y_<t)
+μ         the sampler, when not p_θold      behaviour_logp  log μ(y_t | x, y_<t)
 r_t(θ)    p_θ / p_θold, the probability ratio of token t
 Â         advantage, ε clip range, β KL coefficient, G group size, V(s_t) value
 
@@ -59,6 +62,14 @@ from minirlhf.losses.grpo import (
     mask_truncated,
     reinforce_plus_plus_advantages,
     sequence_ratio,
+)
+from minirlhf.losses.importance import (
+    BEHAVIOUR_CAP,
+    BEHAVIOUR_CORRECTIONS,
+    behaviour_log_ratio,
+    behaviour_metrics,
+    behaviour_weight,
+    check_behaviour_correction,
 )
 from minirlhf.losses.kl import KL_K3_LINEAR_ABOVE, KL_K3_LINEAR_ABOVE_FP16, kl_k1, kl_k2, kl_k3
 from minirlhf.losses.policy_gradient import (
@@ -109,16 +120,17 @@ from minirlhf.losses.ratio_objectives import (
 )
 
 __all__ = [
-    "AGGREGATIONS", "CONSTANT_GROUP_STD", "DPO_LOSS_TYPES", "DUAL_CLIP_C", "GRPO_SCALES",
-    "IMPORTANCE_SAMPLING_LEVELS", "IPO_NORMALISATIONS", "KL_K3_LINEAR_ABOVE", "KL_K3_LINEAR_ABOVE_FP16",
-    "POLICY_LOSSES", "SAPO_TAU_NEG", "SAPO_TAU_POS", "STD_FLOOR",
-    "aggregate", "bradley_terry_loss", "bradley_terry_per_pair_loss", "check_dpo_options", "check_dual_clip_c",
+    "AGGREGATIONS", "BEHAVIOUR_CAP", "BEHAVIOUR_CORRECTIONS", "CONSTANT_GROUP_STD", "DPO_LOSS_TYPES", "DUAL_CLIP_C",
+    "GRPO_SCALES", "IMPORTANCE_SAMPLING_LEVELS", "IPO_NORMALISATIONS", "KL_K3_LINEAR_ABOVE",
+    "KL_K3_LINEAR_ABOVE_FP16", "POLICY_LOSSES", "SAPO_TAU_NEG", "SAPO_TAU_POS", "STD_FLOOR", "aggregate",
+    "behaviour_log_ratio", "behaviour_metrics", "behaviour_weight", "bradley_terry_loss",
+    "bradley_terry_per_pair_loss", "check_behaviour_correction", "check_dpo_options", "check_dual_clip_c",
     "check_ema_decay", "check_gae", "check_group_size", "check_label_smoothing", "cispo_surrogate",
     "clipped_surrogate", "dpo_loss", "dual_clip_surrogate", "ema_baseline", "explained_variance", "gae",
     "gmpo_log_ratio", "gmpo_ratio", "grpo_advantages", "grpo_loss", "grpo_per_token_loss", "informative_groups",
     "kl_k1", "kl_k2", "kl_k3", "kl_shaped_rewards", "kto_loss", "mask_truncated", "masked_mean", "masked_sum",
-    "masked_whiten", "orpo_loss", "pair_accuracy", "ppo_clip_loss", "ppo_clip_per_token_loss",
-    "ratio_function_grid", "ratio_objective", "reinforce_loss", "reinforce_per_token_loss",
-    "reinforce_plus_plus_advantages", "rloo_advantages", "sapo_surrogate", "sequence_ratio", "simpo_loss",
-    "token_rewards", "value_loss", "value_per_token_loss",
+    "masked_whiten", "orpo_loss", "pair_accuracy", "ppo_clip_loss", "ppo_clip_per_token_loss", "ratio_function_grid",
+    "ratio_objective", "reinforce_loss", "reinforce_per_token_loss", "reinforce_plus_plus_advantages",
+    "rloo_advantages", "sapo_surrogate", "sequence_ratio", "simpo_loss", "token_rewards", "value_loss",
+    "value_per_token_loss",
 ]

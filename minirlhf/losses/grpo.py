@@ -11,6 +11,8 @@ Then what the field changed after DeepSeek-R1, in the order of notebooks 07a and
   GSPO (Zheng et al., 2025)     grpo_loss(importance_sampling_level="sequence") with `sequence_ratio`
   the ratio zoo                 grpo_loss(policy_loss="dual-clip" | "cispo" | "sapo" | "gmpo"): the objective
                                 f(r, Â) on the ratio, minirlhf.losses.ratio_objectives
+  three policies (TIS, MIS)     grpo_loss(behaviour_logp=log μ, behaviour_correction=...): the sampler μ's
+                                importance weight p_θold/μ, capped, minirlhf.losses.importance
   REINFORCE++ (Hu, 2025)        `reinforce_plus_plus_advantages` (and its baseline variant, group_size=G)
   RPO (Pang et al., 2024)       dpo_loss(rpo_alpha=α) in minirlhf.losses.preference: DPO + α · NLL of y_w
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+import minirlhf.losses.importance as behaviour  # (the same for the sampler correction's cap)
 import minirlhf.losses.ratio_objectives as zoo  # its constants through their module, which alone defines them
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
 from minirlhf.losses._contract import (
@@ -32,6 +35,7 @@ from minirlhf.losses._contract import (
     _zero_padding,
 )
 from minirlhf.losses.aggregation import aggregate, masked_mean, masked_whiten
+from minirlhf.losses.importance import behaviour_weight, check_behaviour_correction
 from minirlhf.losses.kl import kl_k1, kl_k3
 from minirlhf.losses.ppo import _ratio_max, gae, token_rewards
 from minirlhf.losses.ratio_objectives import _clip_fractions_of, gmpo_ratio, ratio_objective
@@ -96,6 +100,9 @@ def grpo_per_token_loss(
     dual_clip_c: float = zoo.DUAL_CLIP_C,
     tau_pos: float = zoo.SAPO_TAU_POS,
     tau_neg: float = zoo.SAPO_TAU_NEG,
+    behaviour_logp: Tensor | None = None,
+    behaviour_correction: str = "none",
+    behaviour_cap: float = behaviour.BEHAVIOUR_CAP,
 ) -> Tensor:
     """The GRPO loss of each token, (B, T), 0 on padding: PPO's clipped objective with one advantage per sequence
     and a k3 KL penalty, negated.
@@ -110,8 +117,17 @@ def grpo_per_token_loss(
     clip: "dual-clip" (with c = ``dual_clip_c``), "cispo", "sapo" (τ_pos, τ_neg), at either level, or "gmpo",
     whose J_i = ŝ_i Â_i (``gmpo_ratio``, ε and ε_high in log space) is its own sequence ratio, token level only.
     ``advantages`` is (B,). With β = 0 the KL term is skipped and ``ref_logp`` may be None.
+    ``behaviour_correction`` (not "none") weighs each token's objective by w_i,t of ``behaviour_weight``, the
+    capped importance weight p_θold/μ of the sampler μ whose log-probs are ``behaviour_logp`` (three policies:
+    μ drew the answers, r_t = p_θ/p_θold is clipped, w corrects p_θold for μ); the k3 term stays unweighted:
+
+        ℓ_i,t = -[ w_i,t · min( r_i,t Â_i, clip(r_i,t, 1 - ε, 1 + ε_high) Â_i ) - β · k3_i,t ]
     """
     check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
+    check_behaviour_correction(behaviour_correction, behaviour_cap)
+    if behaviour_correction != "none" and behaviour_logp is None:
+        raise ValueError(f"behaviour_correction={behaviour_correction!r} weighs by p_θold/μ: give behaviour_logp, "
+                         "the sampler's log-probs")
     check_choice("policy_loss", policy_loss, zoo.POLICY_LOSSES)
     if policy_loss == "gmpo" and importance_sampling_level != "token":
         raise ValueError("policy_loss='gmpo' is sequence-level by construction (a geometric mean of the clipped "
@@ -137,6 +153,8 @@ def grpo_per_token_loss(
         ratio = sequence_ratio(logp, old_logp, mask)[:, None]  # (B, 1) s_i(θ)
         objective = ratio_objective(policy_loss, ratio, logp, row_advantages[:, None], eps, eps_high, **shape)
         (objective,) = _zero_padding(mask, objective.expand_as(mask))  # (B, T)
+    if behaviour_correction != "none":
+        objective = behaviour_weight(old_logp, behaviour_logp, mask, behaviour_correction, behaviour_cap) * objective
     if beta > 0:
         objective = objective - beta * kl_k3(logp, ref_logp)  # k3_t
     return -objective
@@ -158,15 +176,19 @@ def grpo_loss(
     dual_clip_c: float = zoo.DUAL_CLIP_C,
     tau_pos: float = zoo.SAPO_TAU_POS,
     tau_neg: float = zoo.SAPO_TAU_NEG,
+    behaviour_logp: Tensor | None = None,
+    behaviour_correction: str = "none",
+    behaviour_cap: float = behaviour.BEHAVIOUR_CAP,
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO loss: PPO's clipped objective with one advantage per sequence and a k3 KL penalty.
 
         J_t = min( r_t Â_i, clip(r_t, 1 - ε, 1 + ε_high) Â_i ) - β · k3_t,
         k3_t = p_ref/p_θ - log(p_ref/p_θ) - 1,     L = -aggregate(J) = aggregate(grpo_per_token_loss)
 
-    ``eps_high``, ``importance_sampling_level`` (GSPO), ``policy_loss`` (the ratio zoo) and β = 0 as in
-    ``grpo_per_token_loss``. ``advantages`` is (B,). ``aggregation`` (see ``aggregate``) decides how tokens
-    are weighted:
+    ``eps_high``, ``importance_sampling_level`` (GSPO), ``policy_loss`` (the ratio zoo), β = 0 and the sampler's
+    correction (``behaviour_logp``, ``behaviour_correction``, ``behaviour_cap``: J_t weighed by w_t = p_θold/μ
+    capped, minirlhf.losses.importance) as in ``grpo_per_token_loss``. ``advantages`` is (B,). ``aggregation``
+    (see ``aggregate``) decides how tokens are weighted:
     * "seq-mean" (GRPO paper): each sequence counts once, so a token of a length-|y| answer
       gets weight 1/|y|. A short correct answer gets a strong per-token push up, while a long
       wrong answer spreads its penalty thin: wrong answers are nudged to grow longer.
@@ -180,7 +202,9 @@ def grpo_loss(
     """
     per_token = grpo_per_token_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta, eps_high=eps_high,
                                     importance_sampling_level=importance_sampling_level, policy_loss=policy_loss,
-                                    dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg)  # (B, T)
+                                    dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg,
+                                    behaviour_logp=behaviour_logp, behaviour_correction=behaviour_correction,
+                                    behaviour_cap=behaviour_cap)  # (B, T)
     loss = aggregate(per_token, mask, aggregation)
     _check_finite_result("grpo_loss", loss, mask, log_ratio=logp - old_logp)
     with torch.no_grad():  # the logs: the ratios and the KL again, from the inputs checked above

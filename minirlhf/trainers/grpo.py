@@ -10,7 +10,9 @@ clip(r_t, 1-ε, 1+ε_high) (`eps_high`, DAPO), the sequence ratio s_i (`importan
 sampling and overlong filtering (DAPO) (or, to tell dynamic sampling's two halves apart, `drop_dead_groups`: the
 dead groups dropped without refilling), Dr. GRPO's scale="none" + aggregation="constant"; `RECIPES` sets each
 paper's fields together; `policy_loss` puts another objective f(r, Â) of the ratio zoo in place of the clip
-(dual-clip, CISPO, SAPO, GMPO: minirlhf.losses.ratio_objectives). With the default β = 0 (no KL leash, as in DAPO
+(dual-clip, CISPO, SAPO, GMPO: minirlhf.losses.ratio_objectives); `behaviour_correction` weighs each token by the
+importance weight p_θold/μ of a sampler μ that is not p_θold (top-k/top-p, `sampling_precision`), truncated or masked
+at `behaviour_cap` (TIS, MIS: minirlhf.losses.importance). With the default β = 0 (no KL leash, as in DAPO
 / Dr. GRPO) the loss needs only p_θ; a frozen p_ref is still kept to measure eval/kl_ref at evaluation (`eval_kl`,
 false = only p_θ in memory). With β > 0 (the GRPO paper's 0.04) p_ref is in the loss (plus the reward model when
 the reward is a learned one).
@@ -26,12 +28,16 @@ from minirlhf.diagnostics import zero_std_groups
 from minirlhf.distributed import launched_processes
 from minirlhf.losses import (
     AGGREGATIONS,
+    BEHAVIOUR_CAP,
+    BEHAVIOUR_CORRECTIONS,
     DUAL_CLIP_C,
     GRPO_SCALES,
     IMPORTANCE_SAMPLING_LEVELS,
     POLICY_LOSSES,
     SAPO_TAU_NEG,
     SAPO_TAU_POS,
+    behaviour_metrics,
+    check_behaviour_correction,
     check_dual_clip_c,
     check_group_size,
     grpo_advantages,
@@ -109,6 +115,11 @@ class GRPOConfig(OnlineConfig):
     # loss averages over the informative groups only (dynamic sampling without its refill; one process only)
     drop_dead_groups: bool = False
     mask_truncated_completions: bool = False  # DAPO's overlong filtering: answers cut at the budget get no loss
+    # three policies: weigh each token's objective by ρ = p_θold/μ of the sampler μ (top-k/top-p filtering,
+    # sampling_precision), capped at behaviour_cap: per token or per answer (ρ_i = Π_t ρ_t), truncated (min(ρ, C), TIS)
+    # or masked (0 where ρ > C, MIS; TRL's default is sequence-mask); "none" = no weight (losses.importance)
+    behaviour_correction: str = choice("none", BEHAVIOUR_CORRECTIONS)
+    behaviour_cap: float = BEHAVIOUR_CAP  # C: the largest importance weight kept (TRL: 3.0)
 
     @classmethod
     def from_recipe(cls, name: str, **fields: Any) -> GRPOConfig:
@@ -129,9 +140,13 @@ class GRPOConfig(OnlineConfig):
         require(self, check_group_size, "group_size")
         require(self, check_dual_clip_c, "dual_clip_c")
         require_positive(self, "sapo_tau_pos", "sapo_tau_neg")
+        require(self, check_behaviour_correction, "behaviour_correction", "behaviour_cap")
         if self.policy_loss == "gmpo" and self.importance_sampling_level != "token":
             raise ValueError("GRPOConfig.policy_loss='gmpo' is a sequence ratio of its own (the geometric mean of "
                              "the clipped token ratios): give importance_sampling_level='token'")
+        if self.behaviour_cap != BEHAVIOUR_CAP and self.behaviour_correction == "none":
+            raise ValueError(f"GRPOConfig.behaviour_cap={self.behaviour_cap!r} caps the sampler's importance weight, "
+                             "which is off (behaviour_correction = 'none'): give behaviour_correction too, or drop it")
         unused = {"dual_clip_c": (DUAL_CLIP_C, "dual-clip"), "sapo_tau_pos": (SAPO_TAU_POS, "sapo"),
                   "sapo_tau_neg": (SAPO_TAU_NEG, "sapo")}
         for name, (default, loss) in unused.items():
@@ -176,6 +191,9 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                 exp = select_groups(exp, informative, config.group_size) if informative.any() else None
                 metrics["groups_kept"] = float(informative.sum())
         metrics |= experience_metrics(first) | {"zero_std_groups": zero_std_groups(first.rewards, config.group_size)}
+        if config.samples_off_policy or config.behaviour_correction != "none":  # μ against p_θold, and the weight
+            metrics |= behaviour_metrics(first.old_logp, first.behaviour_logp, first.mask,
+                                         config.behaviour_correction, config.behaviour_cap)
         if exp is None:  # no informative group (dynamic sampling at its cap, or dropping): nothing to learn from
             run.log(step, metrics)
             continue
@@ -199,6 +217,8 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                         eps=config.eps, beta=run.beta, aggregation=config.aggregation, eps_high=config.eps_high,
                         importance_sampling_level=config.importance_sampling_level, policy_loss=config.policy_loss,
                         dual_clip_c=config.dual_clip_c, tau_pos=config.sapo_tau_pos, tau_neg=config.sapo_tau_neg,
+                        behaviour_logp=exp.behaviour_logp[micro], behaviour_correction=config.behaviour_correction,
+                        behaviour_cap=config.behaviour_cap,
                     )
                     # normalised as the whole minibatch: its tokens (token-mean) or its rows, not the micro-batch's
                     run.backward(loss, over=mask[micro], of=mask[rows], aggregation=config.aggregation)

@@ -28,12 +28,14 @@ from minirlhf.errors import UserError
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import informative_groups, kl_k1, masked_sum
 from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode, frozen_copy
+from minirlhf.precision import autocast, resolve_precision
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, WeightedReward, call_reward, draw_prompts, reward_name, with_reward
 from minirlhf.tasks.registry import canonical_task_options, resolve_task, task_options
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.config import (
     TrainConfig,
+    choice,
     require_accumulation_fits,
     require_choice,
     require_non_negative,
@@ -42,6 +44,8 @@ from minirlhf.trainers.config import (
 )
 from minirlhf.trainers.run import EVAL_PREFIX, Run, begin, held_out_metrics, load_policy, make_optimizer
 from minirlhf.trainers.run.schedule import KL_ERROR_CLIP, adaptive_kl_beta
+
+SAMPLING_PRECISIONS = ("same", "bf16", "fp16")
 
 
 @dataclass
@@ -52,6 +56,10 @@ class OnlineConfig(TrainConfig):
     temperature: float = 1.0  # sampling temperature (the log-probs in the loss use the same one)
     top_k: int = 0  # 0 = off
     top_p: float = 1.0  # 1.0 = off
+    # the sampler's precision: "same" = the run's; "bf16" / "fp16" = sampling's forwards in that half precision, as an
+    # inference engine runs them, while the loss's log p_θold is recomputed at the run's precision: a sampler μ that
+    # is not p_θold (minirlhf.losses.importance; fp16 needs CUDA)
+    sampling_precision: str = choice("same", SAMPLING_PRECISIONS)
     beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, p_ref only for eval/kl_ref (eval_kl)
     # KL_target: adapt β after every step so that the batches' KL(p_θ || p_ref) (kl_ref) tends to this many nats
     # per answer (Ziegler et al., 2019: schedule.adaptive_kl_beta; β starts at beta, logged as beta); None = fixed β
@@ -124,6 +132,11 @@ class OnlineConfig(TrainConfig):
                 )
         require_accumulation_fits(self, self.minibatch_size or self.batch_size,
                                   "minibatch_size" if self.minibatch_size else "prompts_per_step x group_size")
+
+    @property
+    def samples_off_policy(self) -> bool:
+        """The sampler μ is not p_θold: it filters (top-k, top-p) or runs in another precision."""
+        return self.top_k > 0 or self.top_p < 1.0 or self.sampling_precision != "same"
 
     @property
     def batch_size(self) -> int:
@@ -311,12 +324,14 @@ class Experience:
 
     rollout: Rollout  # this process's share of the sampled batch, full width (b, P + N)
     mask: torch.Tensor  # (B, N) response tokens (EOS included)
-    old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling
+    old_logp: torch.Tensor  # (B, N) log p_θold(y_t | x, y_<t), from sampling (or recomputed: sampling_precision)
     ref_logp: torch.Tensor | None  # (B, N) log p_ref(y_t | x, y_<t); None when β = 0
     rewards: torch.Tensor  # (B,) R(x, y)
     ended_with_eos: torch.Tensor  # (B,) bool: the answer ended before the response budget
     reward_parts: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)  # (B,) R_k of a WeightedReward
     first_row: int = 0  # where the rollout's rows start in the batch
+    # (B, N) log μ(y_t | x, y_<t): the sampler's own log-probs (top-k/top-p filtered, in the sampling precision)
+    behaviour_logp: torch.Tensor | None = None
 
     @property
     def prompt_length(self) -> int:
@@ -348,10 +363,12 @@ def collect(
     runtime: Runtime | None = None,
 ) -> Experience:
     """Sample and score this process's share of the step's prompts (all of them on a single process; groups stay
-    whole), then gather the batch whole (`Runtime.gather`). Sampling and p_ref run under the runtime's autocast."""
+    whole), then gather the batch whole (`Runtime.gather`). Sampling runs under the autocast of
+    config.sampling_precision (the runtime's when "same"; else log p_θold is recomputed under the runtime's), p_ref
+    under the runtime's."""
     runtime = runtime or Runtime(precision="fp32")
     prompts, columns = prompt_columns(runtime.shard(draw_prompts(task, config.prompts_per_step, rng)))
-    with runtime.autocast():
+    with sampling_autocast(runtime, config.sampling_precision):
         rollout = sample(
             policy, tokenizer, prompts, group_size=config.group_size,
             max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
@@ -367,6 +384,11 @@ def collect(
         reward_parts = {}
         rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
     P = rollout.prompt_length
+    old_logp = rollout.logprobs
+    if config.sampling_precision != "same":  # log p_θold at the run's precision, not the sampler's
+        with runtime.autocast():
+            old_logp = response_logprobs(policy, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                                         config.temperature, prompt_length=P)
     ref_logp = None
     if ref is not None:
         with runtime.autocast():
@@ -378,13 +400,24 @@ def collect(
     return Experience(
         rollout=rollout,
         mask=whole(rollout.response_mask[:, P:]),
-        old_logp=whole(rollout.logprobs[:, P:]),
+        old_logp=whole(old_logp[:, P:]),
         ref_logp=whole(ref_logp) if ref_logp is not None else None,
         rewards=whole(rewards),
         ended_with_eos=whole(rollout.ended_with_eos.to(device).long()).bool(),  # (a bool tensor is not gathered)
         reward_parts={name: whole(part.to(device)) for name, part in reward_parts.items()},
         first_row=runtime.local_rows(runtime.world_size * rollout.input_ids.shape[0]).start,
+        behaviour_logp=whole(rollout.sampler_logprobs[:, P:]),
     )
+
+
+def sampling_autocast(runtime: Runtime, sampling_precision: str):
+    """The autocast sampling runs under: the run's own (`runtime.autocast()`), or "bf16" / "fp16"'s."""
+    if sampling_precision == "same":
+        return runtime.autocast()
+    try:
+        return autocast(runtime.device, resolve_precision(sampling_precision, runtime.device))
+    except ValueError as err:
+        raise ValueError(f"sampling_precision={sampling_precision!r}: {err}") from None
 
 
 def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Experience:
@@ -397,11 +430,13 @@ def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Exp
         r, prompts=[r.prompts[i] for i in keep], completions=[r.completions[i] for i in keep],
         input_ids=r.input_ids[rows], attention_mask=r.attention_mask[rows], response_mask=r.response_mask[rows],
         logprobs=r.logprobs[rows], ended_with_eos=r.ended_with_eos[rows],
+        sampler_logprobs=None if r.sampler_logprobs is None else r.sampler_logprobs[rows],
     )
     return Experience(rollout, exp.mask[rows], exp.old_logp[rows],
                       None if exp.ref_logp is None else exp.ref_logp[rows], exp.rewards[rows],
                       exp.ended_with_eos[rows],
-                      {name: part[rows.to(part.device)] for name, part in exp.reward_parts.items()})
+                      {name: part[rows.to(part.device)] for name, part in exp.reward_parts.items()},
+                      behaviour_logp=None if exp.behaviour_logp is None else exp.behaviour_logp[rows])
 
 
 def concat_experiences(batches: list[Experience], pad_id: int) -> Experience:
@@ -425,12 +460,17 @@ def concat_experiences(batches: list[Experience], pad_id: int) -> Experience:
         logprobs=torch.cat([full(b, "logprobs") for b in batches]),
         prompt_length=P,
         ended_with_eos=torch.cat([b.rollout.ended_with_eos for b in batches]),
+        sampler_logprobs=None if batches[0].rollout.sampler_logprobs is None else torch.cat(
+            [full(b, "sampler_logprobs") for b in batches]),
     )
     ref_logp = None if batches[0].ref_logp is None else torch.cat([response(b.ref_logp) for b in batches])
+    behaviour_logp = None if batches[0].behaviour_logp is None else torch.cat(
+        [response(b.behaviour_logp) for b in batches])
     return Experience(rollout, torch.cat([response(b.mask) for b in batches]),
                       torch.cat([response(b.old_logp) for b in batches]), ref_logp,
                       torch.cat([b.rewards for b in batches]), torch.cat([b.ended_with_eos for b in batches]),
-                      {name: torch.cat([b.reward_parts[name] for b in batches]) for name in batches[0].reward_parts})
+                      {name: torch.cat([b.reward_parts[name] for b in batches]) for name in batches[0].reward_parts},
+                      behaviour_logp=behaviour_logp)
 
 
 def collect_informative(run: OnlineRun, max_rounds: int) -> tuple[Experience, Experience | None, dict[str, float]]:
