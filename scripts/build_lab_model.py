@@ -1,7 +1,10 @@
 """Build the lab model ("tiny-lab"): the arithmetic SFT model, its context widened to 128 positions, SFT'd on the lab
-task (minirlhf.tasks.lab), written to data/tiny-gpt2-lab.
+task (minirlhf.tasks.lab), written to data/tiny-gpt2-lab. Or, with `--variant chain`, the lab-chain model
+("tiny-lab-chain"): the lab model SFT'd on the chain problems (minirlhf.tasks.lab_chain), written to
+data/tiny-gpt2-lab-chain.
 
-    OMP_NUM_THREADS=1 python scripts/build_lab_model.py        # a few minutes on one CPU core
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py                                # a few minutes on one core
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py --variant chain --steps 400     # after the lab model
 
 The base is `tiny-sft` (scripts/build_sft_model.py: it already writes sums, "17+25=" -> "42") with its tokenizer;
 the 64 new position embeddings start as GPT-2 initialises them. SFT imitates the lab demonstrations: easy, medium
@@ -9,6 +12,10 @@ and hard problems in the shares of `lab.SFT_WEIGHTS`, each answer followed by a 
 length distribution), with several right answers when the prompt allows them. Long enough that easy prompts are
 almost always right and medium ones some of the time. Reproducible from the seed for the same torch version and
 thread count (the shipped model: one thread); the script prints the held-out metrics by difficulty class.
+
+The chain variant starts from the lab model (it already writes sums and filler runs) and imitates the chain
+demonstrations: a filler run of 0-12 tokens, then every total of "keep adding b to a while below 100", the last one
+the answer; it prints the held-out accuracy on the long (7-9 steps) and the short problems.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from _shipped import write_model
 from transformers import GPT2LMHeadModel
 
 from minirlhf.models import SHIPPED, load_model
-from minirlhf.tasks import lab
+from minirlhf.tasks import lab, lab_chain
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
 
@@ -43,21 +50,26 @@ def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadMo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=SHIPPED["tiny-lab"])
+    parser.add_argument("--variant", choices=("lab", "chain"), default="lab")
+    parser.add_argument("--out", type=Path, help="default: data/tiny-gpt2-lab, or data/tiny-gpt2-lab-chain")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     t0 = time.time()
-    base, tokenizer = load_model("tiny-sft", device="cpu")
-    model = widened(base, lab.LAB_CONTEXT, args.seed)
-    config = SFTConfig(model="tiny-sft", steps=args.steps, lr=args.lr, seed=args.seed,
+    if args.variant == "chain":
+        base, data, model, tokenizer = "tiny-lab", lab_chain.sft_data(), *load_model("tiny-lab", device="cpu")
+    else:
+        base, tokenizer = load_model("tiny-sft", device="cpu")
+        base, data, model = "tiny-sft", lab.sft_data(), widened(base, lab.LAB_CONTEXT, args.seed)
+    config = SFTConfig(model=base, steps=args.steps, lr=args.lr, seed=args.seed,
                        eval_every=max(1, args.steps // 5), device="cpu", progress=False)
-    model, tokenizer, history = train_sft(lab.sft_data(), config, model=model, tokenizer=tokenizer)
+    model, tokenizer, history = train_sft(data, config, model=model, tokenizer=tokenizer)
     for row in history:
         if any(key.startswith("eval/") for key in row):
             print({key: round(value, 3) for key, value in row.items() if key.startswith("eval/") or key == "step"})
-    write_model(model, tokenizer, args.out, t0)
+    write_model(model, tokenizer, args.out or SHIPPED["tiny-lab-chain" if args.variant == "chain" else "tiny-lab"],
+                t0)
 
 
 if __name__ == "__main__":

@@ -126,8 +126,9 @@ def test_phenomena_quick(tmp_path):
         assert effect["criterion"] and isinstance(effect["shows"], bool), key
         (seed,) = effect["seeds"]
         assert seed["wall_s"] > 0 and len(seed["load_before"]) == 3 and isinstance(seed["holds"], bool), key
-        # (e) runs on the review model, (g) on arithmetic: their settings name their own model and task
-        assert effect["settings"]["model"] == {"e": "tiny", "g": "tiny-sft"}.get(key, "tiny-lab"), key
+        # (c) runs on the chain problems, (e) on the review model, (g) on arithmetic: their settings name their own
+        assert effect["settings"]["model"] == {"c": "tiny-lab-chain", "e": "tiny", "g": "tiny-sft"}.get(
+            key, "tiny-lab"), key
     lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]
     assert len(lengths["wrong_length"]) == report["effects"]["a"]["settings"]["grpo"]["steps"]  # one entry a step
     assert 0.0 <= report["effects"]["g"]["seeds"][0]["arms"]["eps=inf"]["final_accuracy"] <= 1.0
@@ -136,7 +137,7 @@ def test_phenomena_quick(tmp_path):
     weak = report["effects"]["e"]["seeds"][0]["arms"]["weak"]
     assert len(weak["gold"]) == len(weak["kl"]) == len(weak["steps"]) and weak["fall"] >= 0  # gold at each evaluation
     cut = report["effects"]["c"]["seeds"][0]["arms"]
-    assert set(cut) == {"none", "mask", "soft"} and all(0.0 <= arm["final_right"] <= 1.0 for arm in cut.values())
+    assert set(cut) == {"none", "mask", "soft"} and all(0.0 <= arm["held_out_long"] <= 1.0 for arm in cut.values())
     dead, grpo = report["effects"]["d"]["seeds"][0]["arms"], report["effects"]["d"]["settings"]["grpo"]
     assert dead["GRPO"]["answers_sampled"] == grpo["steps"] * grpo["prompts_per_step"] * grpo["group_size"]
     assert dead["dynamic sampling"]["answers_sampled"] >= dead["GRPO"]["answers_sampled"]

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from minirlhf.models import SHIPPED
-from minirlhf.tasks import lab
+from minirlhf.tasks import lab, lab_chain
 from minirlhf.tasks.registry import SFT_DATA, TASKS
 
 problem_kinds = st.sampled_from(lab.KINDS)
@@ -139,16 +139,50 @@ def characters(texts, add_special_tokens=False):
     return {"input_ids": [list(text) for text in texts]}
 
 
-@given(lab_problems(), st.integers(0, 40), st.integers(1, 30))
-def test_the_truncation_effect_scores_only_finished_answers(problem, n_filler, cap):
-    from minirlhf.lab.observe import SeenCompletions
-    from minirlhf.lab.truncation import finished_only
+chain_problems = st.sampled_from(lab_chain.problems("train") + lab_chain.problems("test"))
 
-    completion = str(problem.answers[0]) + lab.FILLER * n_filler
-    seen = SeenCompletions(lab.lab_reward(), characters)
-    reward = finished_only(seen, cap)([problem.prompt], [completion])
-    assert reward == [0.0 if len(completion) >= cap else 1.0]
-    assert seen.steps == [([len(completion)], [1.0])]  # what the answer says is kept, cut off or not
+
+@given(chain_problems, st.integers(0, 40), st.integers(1, 40))
+def test_the_truncation_effect_scores_only_finished_answers(problem, n_filler, cap):
+    from minirlhf.lab.truncation import FinishedOnly
+
+    completion = lab_chain.FILLER * n_filler + problem.work
+    seen = FinishedOnly(lab_chain.chain_reward(), characters, cap)
+    reward = seen([problem.prompt], [completion])
+    assert reward == [0.0 if len(completion) >= cap else 1.0]  # right work, scored only when it ended in time
+    assert seen.steps == [([len(completion)], [problem.steps >= lab_chain.LONG_STEPS], reward)]
+
+
+@given(chain_problems, st.integers(0, 20))
+def test_a_chain_is_right_only_with_its_last_total(problem, n_filler):
+    reward = lab_chain.chain_reward()
+    assert lab_chain.parse_prompt(problem.prompt) == problem and 1 <= problem.steps <= lab_chain.MAX_STEPS
+    assert problem.totals[-1] < lab_chain.BOUND <= problem.totals[-1] + problem.b  # the last total below the bound
+    assert reward([problem.prompt], [lab_chain.FILLER * n_filler + problem.work]) == [1.0]
+    if problem.steps > 1:  # ended early: the work so far, its last total not the answer
+        assert reward([problem.prompt], [problem.work.rsplit(lab_chain.SEPARATOR, 1)[0]]) == [0.0]
+
+
+def test_chain_splits_are_disjoint_and_long_problems_need_long_answers():
+    train, test = set(lab_chain.problems("train")), set(lab_chain.problems("test"))
+    assert train.isdisjoint(test) and lab_chain.problems("test", long=True)
+    long_work = min(len(p.work) for p in lab_chain.problems("train", long=True))
+    short_work = max(len(p.work) for p in lab_chain.problems("train", long=False))
+    assert long_work > short_work  # one character a token: the long answers are the long ones
+    prompts = lab_chain.task(long_share=1.0).train_prompts(20, random.Random(0))
+    assert all(lab_chain.long_prompts(prompts))
+
+
+@pytest.mark.skipif(not (SHIPPED["tiny-lab-chain"] / "config.json").exists(),
+                    reason="run scripts/build_lab_model.py --variant chain")
+def test_the_chain_model_writes_long_work_that_a_cap_of_30_cuts():
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny-lab-chain", device="cpu")
+    room = lab_chain.chain_metrics(model, tokenizer, samples=8)
+    capped = lab_chain.chain_metrics(model, tokenizer, max_new_tokens=30, samples=8)
+    assert 0.15 <= room["accuracy/long"] <= 0.6 and room["accuracy/short"] >= 0.4 and room["truncated"] == 0, room
+    assert capped["truncated"] >= 0.1 and capped["accuracy/long"] < room["accuracy/long"], capped
 
 
 @pytest.mark.skipif(not (SHIPPED["tiny-lab"] / "config.json").exists(), reason="run scripts/build_lab_model.py")
