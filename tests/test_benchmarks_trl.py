@@ -72,6 +72,10 @@ def test_grpo_cross_check_against_trl(tmp_path):
     for pair in ("loss_type=cispo", "policy_loss=cispo"), ("loss_type=sapo", "policy_loss=sapo"), (
             "delta=1.25", "policy_loss=dual-clip"):
         assert sum(all(part in setting for part in pair) for setting in zoo) == 2, pair  # loss and gradient
+    bonus = {r["quantity"] for r in rows["match"] if "entropy_coef=" in r["setting"] and "token-mean" in r["setting"]}
+    assert bonus == {"GRPO loss + entropy bonus", "∂loss/∂ per-token log-probs, entropy bonus",
+                     "∂loss/∂ per-token entropy"}
     differs = {r["quantity"] for r in rows["differs by definition"]}
     assert differs == {"advantages", "GRPO loss", "∂loss/∂ per-token log-probs",
-                       "per-token log-probs, rows WITH left padding"}
+                       "per-token log-probs, rows WITH left padding", "GRPO loss + entropy bonus",
+                       "∂loss/∂ per-token entropy"}
