@@ -24,6 +24,7 @@ from minirlhf.losses import (
     token_covariance,
 )
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+from minirlhf.trainers.ppo import PPOConfig, train_ppo
 
 F64 = torch.float64
 EPS, EPS_HIGH = 0.2, 0.28
@@ -327,7 +328,9 @@ def test_bad_entropy_fields_name_the_field_and_value(fields, match):
 
 def test_defaults_leave_entropy_control_off():
     config = GRPOConfig()
-    assert config.entropy_coef == 0.0 and config.policy_loss == "clip"
+    assert config.entropy_coef == 0.0 and config.policy_loss == "clip" and PPOConfig().entropy_coef == 0.0
+    with pytest.raises(ValueError, match="PPOConfig.entropy_coef must be >= 0"):
+        PPOConfig(entropy_coef=-1.0)
 
 
 def _parse(argv):
@@ -382,12 +385,16 @@ def test_trainer_passes_the_options_and_logs_the_share_acted_on(monkeypatch, pol
     assert policy_loss == "clip-cov" or all(share > 0 for share in shares)  # KL-Cov always acts on ≥ 1 token
 
 
-def test_entropy_coef_changes_the_update_and_zero_does_not():
+@pytest.mark.parametrize("config_cls, train, shape", [
+    (GRPOConfig, train_grpo, dict(epochs=2)),
+    (PPOConfig, train_ppo, dict(epochs=2, group_size=1, prompts_per_step=4, minibatch_size=None)),
+])
+def test_entropy_coef_changes_the_update_and_zero_does_not(config_cls, train, shape):
     """c_H > 0 moves p_θ elsewhere than c_H = 0 from the same seed; c_H = 0 is the default run, to the bit."""
     runs = {}
     for coef in (None, 0.0, 0.5):
         fields = {} if coef is None else {"entropy_coef": coef}
-        model = train_grpo(None, GRPOConfig(epochs=2, seed=3, **fields, **TINY))[0]
+        model = train(None, config_cls(seed=3, **{**TINY, **shape}, **fields))[0]
         runs[coef] = [p.detach().clone() for p in model.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(runs[None], runs[0.0]))
     assert not all(torch.equal(a, b) for a, b in zip(runs[0.0], runs[0.5]))
