@@ -16,11 +16,13 @@ from minirlhf.cli import add_config_arguments, config_from_args
 from minirlhf.logprobs import entropy_from_logits, response_logprobs
 from minirlhf.losses import (
     clip_cov_per_token_loss,
+    clip_cov_selection,
     clipped_surrogate,
     covariance_share,
     entropy_bonus,
     grpo_loss,
     kl_cov_per_token_loss,
+    kl_cov_selection,
     token_covariance,
 )
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
@@ -190,9 +192,9 @@ def test_the_share_acted_on_is_the_ratio(cov_ratio):
     old = logp.clone()  # on-policy: r = 1, PPO's clip never active
     N = int(mask.sum())
     n = max(int(cov_ratio * N), 1)
-    _, drawn = clip_cov_per_token_loss(logp, old, advantages, mask, EPS, cov_ratio=cov_ratio, clip_cov_lb=-1e9,
-                                       clip_cov_ub=1e9, generator=torch.Generator().manual_seed(0))
-    _, largest = kl_cov_per_token_loss(logp, old, advantages, mask, cov_ratio=cov_ratio)
+    drawn = clip_cov_selection(logp, old, advantages, mask, EPS, cov_ratio=cov_ratio, clip_cov_lb=-1e9,
+                               clip_cov_ub=1e9, generator=torch.Generator().manual_seed(0))
+    largest = kl_cov_selection(logp, advantages, mask, cov_ratio=cov_ratio)
     assert int(drawn.sum()) == int(largest.sum()) == n
     cov = token_covariance(logp, advantages, mask)
     assert cov[largest].min() >= cov[mask.bool() & ~largest].max()
@@ -204,8 +206,10 @@ def test_the_share_acted_on_is_the_ratio(cov_ratio):
 def test_clip_cov_draws_only_unclipped_tokens_inside_the_bounds_and_cuts_their_gradient():
     logp, old, advantages, mask = _batch(2)
     x = logp.clone().requires_grad_(True)
-    loss, drawn = clip_cov_per_token_loss(x, old, advantages, mask, EPS, EPS_HIGH, cov_ratio=0.2,
-                                          generator=torch.Generator().manual_seed(0))
+    loss = clip_cov_per_token_loss(x, old, advantages, mask, EPS, EPS_HIGH, cov_ratio=0.2,
+                                   generator=torch.Generator().manual_seed(0))
+    drawn = clip_cov_selection(logp, old, advantages, mask, EPS, EPS_HIGH, cov_ratio=0.2,
+                               generator=torch.Generator().manual_seed(0))  # the same seed draws the same tokens
     assert drawn.any() and not (drawn & ~mask.bool()).any()
     clean_logp, clean_old = _clean(logp, old, mask)
     A = advantages[:, None].expand_as(mask)
@@ -225,7 +229,8 @@ def test_clip_cov_draws_only_unclipped_tokens_inside_the_bounds_and_cuts_their_g
 
 def test_kl_cov_adds_the_penalty_on_its_tokens_only():
     logp, old, advantages, mask = _batch(4)
-    loss, chosen = kl_cov_per_token_loss(logp, old, advantages, mask, cov_ratio=0.2, kl_cov_coef=0.7)
+    loss = kl_cov_per_token_loss(logp, old, advantages, mask, cov_ratio=0.2, kl_cov_coef=0.7)
+    chosen = kl_cov_selection(logp, advantages, mask, cov_ratio=0.2)
     clean_logp, clean_old = _clean(logp, old, mask)
     plain = -torch.exp(clean_logp - clean_old) * advantages[:, None]  # -r Â, no clip
     extra = (loss - plain) * mask
@@ -238,7 +243,8 @@ def test_kl_cov_on_policy_is_the_plain_policy_gradient():
     logp, _, advantages, mask = _batch(5)
     logp, _ = _clean(logp, logp, mask)
     x = logp.clone().requires_grad_(True)
-    loss, chosen = kl_cov_per_token_loss(x, logp, advantages, mask, cov_ratio=0.3)
+    loss = kl_cov_per_token_loss(x, logp, advantages, mask, cov_ratio=0.3)
+    chosen = kl_cov_selection(logp, advantages, mask, cov_ratio=0.3)
     (grad,) = torch.autograd.grad(loss.sum(), x)
     torch.testing.assert_close(grad, -advantages[:, None] * mask)
     assert chosen.any()

@@ -91,7 +91,7 @@ def clip_cov_candidates(
 ) -> Tensor:
     """Clip-Cov's candidates C, a (B, T) bool: the real tokens whose covariance lies strictly inside
     (ω_low, ω_high) and that PPO's clip has not already stopped (clip(r_t) Â_t < r_t Â_t: the min takes the
-    clipped term). Inputs as ``clip_cov_per_token_loss``, already checked."""
+    clipped term). Inputs as ``clip_cov_selection``, already checked."""
     advantages = _per_token_advantages(advantages, mask)  # (B, T)
     ratio = torch.exp(logp.detach() - old_logp)  # (B, T) r_t
     eps_high = eps if eps_high is None else eps_high
@@ -100,11 +100,51 @@ def clip_cov_candidates(
     return mask.bool() & ~already_clipped & (cov > clip_cov_lb) & (cov < clip_cov_ub)
 
 
+def _checked(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The covariance losses' inputs checked (shapes, inf/NaN on real tokens) and padded with 0; Â as (B, T)."""
+    _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
+    advantages = _per_token_advantages(advantages, mask)  # (B, T)
+    _check_real_tokens(mask, logp=logp, old_logp=old_logp, advantages=advantages)
+    logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
+    return logp, old_logp, advantages
+
+
+def clip_cov_selection(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float, eps_high: float | None = None,
+    *, cov_ratio: float = COV_RATIO, clip_cov_lb: float = CLIP_COV_LB, clip_cov_ub: float = CLIP_COV_UB,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """I_clip, a (B, T) bool: n = max(⌊r N⌋, 1) tokens drawn uniformly without replacement from the candidates C
+    (``clip_cov_candidates``; all of C when |C| ≤ n). The draw is ``torch.randperm(|C|)`` from ``generator``
+    (None: torch's global one, as verl) over C in row-major order, so extra padding columns draw the same tokens."""
+    check_covariance_options(cov_ratio, clip_cov_lb, clip_cov_ub)
+    logp, old_logp, advantages = _checked(logp, old_logp, advantages, mask)
+    candidates = clip_cov_candidates(logp, old_logp, advantages, mask, eps, eps_high, clip_cov_lb, clip_cov_ub)
+    positions = candidates.nonzero()  # (|C|, 2), row-major
+    n = tokens_acted_on(cov_ratio, int(mask.bool().sum()))
+    drawn = positions[torch.randperm(len(positions), generator=generator)[:n].to(positions.device)]  # (≤ n, 2)
+    selected = torch.zeros_like(candidates)
+    selected[drawn[:, 0], drawn[:, 1]] = True
+    return selected
+
+
+def kl_cov_selection(logp: Tensor, advantages: Tensor, mask: Tensor, *, cov_ratio: float = COV_RATIO) -> Tensor:
+    """I_KL, a (B, T) bool: the n = max(⌊k N⌋, 1) real tokens of largest Cov_t (k = ``cov_ratio``)."""
+    check_covariance_options(cov_ratio)
+    logp, _, advantages = _checked(logp, logp, advantages, mask)
+    real = mask.bool()
+    cov = torch.where(real, token_covariance(logp, advantages, mask), -torch.inf)  # (B, T): padding never chosen
+    n = min(tokens_acted_on(cov_ratio, int(real.sum())), int(real.sum()))
+    selected = torch.zeros_like(real)
+    selected.view(-1)[cov.reshape(-1).topk(n).indices] = True
+    return selected
+
+
 def clip_cov_per_token_loss(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float, eps_high: float | None = None,
     *, cov_ratio: float = COV_RATIO, clip_cov_lb: float = CLIP_COV_LB, clip_cov_ub: float = CLIP_COV_UB,
     generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor]:
+) -> Tensor:
     """Clip-Cov (Cui et al. 2025, arXiv:2505.22617, as verl's compute_policy_loss_clip_cov): PPO's clipped loss,
     with the gradient of a few high-covariance tokens cut.
 
@@ -114,72 +154,63 @@ def clip_cov_per_token_loss(
         ℓ_t    = -min( r_t Â_t, clip(r_t, 1 - ε, 1 + ε_high) Â_t )      t ∉ I_clip
         ℓ_t    = 0                                                      t ∈ I_clip
 
-    r = ``cov_ratio``, ω_low, ω_high = ``clip_cov_lb``, ``clip_cov_ub``. A token of I_clip has no value and no
-    gradient (verl multiplies its term by 0; the paper writes "detach"); aggregation still counts it. The draw
-    is ``torch.randperm(|C|)`` from ``generator`` (None: torch's global one, as verl) over C in row-major order,
-    so extra padding columns draw the same tokens. ``advantages`` (B,) or (B, T). Returns ℓ (B, T), 0 on
-    padding, and I_clip as a (B, T) bool.
+    r = ``cov_ratio``, ω_low, ω_high = ``clip_cov_lb``, ``clip_cov_ub``; I_clip is ``clip_cov_selection`` (the
+    same ``generator`` draws the same tokens). A token of I_clip has no value and no gradient (verl multiplies its
+    term by 0; the paper writes "detach"); aggregation still counts it. ``advantages`` (B,) or (B, T). Returns
+    ℓ (B, T), 0 on padding.
     """
-    check_covariance_options(cov_ratio, clip_cov_lb, clip_cov_ub)
-    _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
-    advantages = _per_token_advantages(advantages, mask)  # (B, T)
-    _check_real_tokens(mask, logp=logp, old_logp=old_logp, advantages=advantages)
-    logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
-    candidates = clip_cov_candidates(logp, old_logp, advantages, mask, eps, eps_high, clip_cov_lb, clip_cov_ub)
-    positions = candidates.nonzero()  # (|C|, 2), row-major
-    n = tokens_acted_on(cov_ratio, int(mask.bool().sum()))
-    drawn = positions[torch.randperm(len(positions), generator=generator)[:n].to(positions.device)]  # (≤ n, 2)
-    selected = torch.zeros_like(candidates)
-    selected[drawn[:, 0], drawn[:, 1]] = True  # I_clip
+    selected = clip_cov_selection(logp, old_logp, advantages, mask, eps, eps_high, cov_ratio=cov_ratio,
+                                  clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub, generator=generator)  # I_clip
+    logp, old_logp, advantages = _checked(logp, old_logp, advantages, mask)
     loss = -clipped_surrogate(torch.exp(logp - old_logp), advantages, eps, eps_high)  # (B, T) PPO's ℓ_t
     (loss,) = _zero_padding(mask.bool() & ~selected, loss)
-    return loss, selected
+    return loss
 
 
 def kl_cov_per_token_loss(
     logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor,
     *, cov_ratio: float = COV_RATIO, kl_cov_coef: float = KL_COV_COEF,
-) -> tuple[Tensor, Tensor]:
+) -> Tensor:
     """KL-Cov (Cui et al. 2025, arXiv:2505.22617, as verl's compute_policy_loss_kl_cov): the unclipped policy
     gradient loss, with a KL penalty on the tokens of largest covariance.
 
         I_KL = the n real tokens of largest Cov_t,     n = max(⌊k · N⌋, 1)
         ℓ_t  = -r_t Â_t + β_KL · |log r_t| · 1[t ∈ I_KL],     r_t = p_θ(y_t) / p_θold(y_t)
 
-    k = ``cov_ratio``, β_KL = ``kl_cov_coef``. |log r_t| = |log p_θ(y_t) - log p_θold(y_t)| estimates
-    KL(p_θold ‖ p_θ) at the token. There is no clip: the leash on I_KL is KL-Cov's trust region (the paper's
-    equation and verl's code). On-policy (r_t = 1) the penalty and its gradient are 0, so it acts from the second
-    update of a batch on (``epochs`` > 1 or several minibatches). Returns ℓ (B, T), 0 on padding, and I_KL as a
-    (B, T) bool.
+    k = ``cov_ratio``, β_KL = ``kl_cov_coef``; I_KL is ``kl_cov_selection``. |log r_t| = |log p_θ(y_t) -
+    log p_θold(y_t)| estimates KL(p_θold ‖ p_θ) at the token. There is no clip: the leash on I_KL is KL-Cov's
+    trust region (the paper's equation and verl's code). On-policy (r_t = 1) the penalty and its gradient are 0,
+    so it acts from the second update of a batch on (``epochs`` > 1 or several minibatches). Returns ℓ (B, T), 0
+    on padding.
     """
-    check_covariance_options(cov_ratio, kl_cov_coef=kl_cov_coef)
-    _check_same_shape(logp=logp, old_logp=old_logp, mask=mask)
-    advantages = _per_token_advantages(advantages, mask)  # (B, T)
-    _check_real_tokens(mask, logp=logp, old_logp=old_logp, advantages=advantages)
-    logp, old_logp, advantages = _zero_padding(mask, logp, old_logp, advantages)
-    real = mask.bool()
-    cov = torch.where(real, token_covariance(logp, advantages, mask), -torch.inf)  # (B, T): padding never chosen
-    n = min(tokens_acted_on(cov_ratio, int(real.sum())), int(real.sum()))
-    selected = torch.zeros_like(real)
-    selected.view(-1)[cov.reshape(-1).topk(n).indices] = True  # I_KL
+    check_positive("kl_cov_coef", kl_cov_coef)
+    selected = kl_cov_selection(logp, advantages, mask, cov_ratio=cov_ratio)  # I_KL
+    logp, old_logp, advantages = _checked(logp, old_logp, advantages, mask)
     log_ratio = logp - old_logp  # (B, T) log r_t
     loss = -torch.exp(log_ratio) * advantages + kl_cov_coef * log_ratio.abs() * selected  # (B, T) ℓ_t
     (loss,) = _zero_padding(mask, loss)
-    return loss, selected
+    return loss
 
 
-def covariance_per_token_loss(
-    policy_loss: str, logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float,
-    eps_high: float | None = None, *, cov_ratio: float = COV_RATIO, clip_cov_lb: float = CLIP_COV_LB,
-    clip_cov_ub: float = CLIP_COV_UB, kl_cov_coef: float = KL_COV_COEF, generator: torch.Generator | None = None,
-) -> tuple[Tensor, Tensor]:
-    """ℓ (B, T) and the tokens acted on, (B, T) bool, of ``policy_loss`` "clip-cov" or "kl-cov". KL-Cov has no
-    clip: ε, ε_high, the bounds and the generator are Clip-Cov's."""
-    check_choice("policy_loss", policy_loss, COVARIANCE_LOSSES)
-    if policy_loss == "clip-cov":
-        return clip_cov_per_token_loss(logp, old_logp, advantages, mask, eps, eps_high, cov_ratio=cov_ratio,
-                                       clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub, generator=generator)
-    return kl_cov_per_token_loss(logp, old_logp, advantages, mask, cov_ratio=cov_ratio, kl_cov_coef=kl_cov_coef)
+def clip_cov_loss(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, eps: float, eps_high: float | None = None,
+    aggregation: str = "token-mean", *, cov_ratio: float = COV_RATIO, clip_cov_lb: float = CLIP_COV_LB,
+    clip_cov_ub: float = CLIP_COV_UB, generator: torch.Generator | None = None,
+) -> Tensor:
+    """Clip-Cov's loss, L = aggregate(ℓ) of ``clip_cov_per_token_loss`` (GRPO's: grpo_loss(policy_loss=
+    "clip-cov"), which adds β·k3 and the logs)."""
+    return aggregate(clip_cov_per_token_loss(logp, old_logp, advantages, mask, eps, eps_high, cov_ratio=cov_ratio,
+                                             clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub, generator=generator),
+                     mask, aggregation)
+
+
+def kl_cov_loss(
+    logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, aggregation: str = "token-mean",
+    *, cov_ratio: float = COV_RATIO, kl_cov_coef: float = KL_COV_COEF,
+) -> Tensor:
+    """KL-Cov's loss, L = aggregate(ℓ) of ``kl_cov_per_token_loss`` (GRPO's: grpo_loss(policy_loss="kl-cov"))."""
+    return aggregate(kl_cov_per_token_loss(logp, old_logp, advantages, mask, cov_ratio=cov_ratio,
+                                           kl_cov_coef=kl_cov_coef), mask, aggregation)
 
 
 def covariance_share(

@@ -22,7 +22,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-import minirlhf.losses.ratio_objectives as zoo  # its constants through their module, which alone defines them
+import minirlhf.losses.entropy as cov  # the constants of both through their modules, which alone define them
+import minirlhf.losses.ratio_objectives as zoo
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
 from minirlhf.losses._contract import (
     _check_finite_result,
@@ -34,21 +35,13 @@ from minirlhf.losses._contract import (
     _zero_padding,
 )
 from minirlhf.losses.aggregation import aggregate, masked_mean, masked_whiten
-from minirlhf.losses.entropy import (
-    CLIP_COV_LB,
-    CLIP_COV_UB,
-    COV_RATIO,
-    COVARIANCE_LOSSES,
-    KL_COV_COEF,
-    covariance_per_token_loss,
-    covariance_share,
-)
+from minirlhf.losses.entropy import clip_cov_per_token_loss, covariance_share, kl_cov_per_token_loss
 from minirlhf.losses.kl import kl_k1, kl_k3
 from minirlhf.losses.ppo import _ratio_max, gae, token_rewards
 from minirlhf.losses.ratio_objectives import _clip_fractions_of, gmpo_ratio, ratio_objective
 
 GRPO_SCALES = ("group", "batch", "none")
-GRPO_POLICY_LOSSES = zoo.POLICY_LOSSES + COVARIANCE_LOSSES  # the ratio zoo's f(r, Â), then Clip-Cov and KL-Cov
+GRPO_POLICY_LOSSES = zoo.POLICY_LOSSES + cov.COVARIANCE_LOSSES  # the ratio zoo's f(r, Â), then Clip-Cov and KL-Cov
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 CONSTANT_GROUP_STD = 1e-4  # a group whose rewards' std is below this is constant: nothing to learn, advantages 0
 STD_FLOOR = 1e-4  # the least std grpo_advantages divides by: a tiny batch std cannot blow the advantages up
@@ -108,10 +101,10 @@ def grpo_per_token_loss(
     dual_clip_c: float = zoo.DUAL_CLIP_C,
     tau_pos: float = zoo.SAPO_TAU_POS,
     tau_neg: float = zoo.SAPO_TAU_NEG,
-    cov_ratio: float = COV_RATIO,
-    clip_cov_lb: float = CLIP_COV_LB,
-    clip_cov_ub: float = CLIP_COV_UB,
-    kl_cov_coef: float = KL_COV_COEF,
+    cov_ratio: float = cov.COV_RATIO,
+    clip_cov_lb: float = cov.CLIP_COV_LB,
+    clip_cov_ub: float = cov.CLIP_COV_UB,
+    kl_cov_coef: float = cov.KL_COV_COEF,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """The GRPO loss of each token, (B, T), 0 on padding: PPO's clipped objective with one advantage per sequence
@@ -133,7 +126,7 @@ def grpo_per_token_loss(
     """
     check_choice("importance_sampling_level", importance_sampling_level, IMPORTANCE_SAMPLING_LEVELS)
     check_choice("policy_loss", policy_loss, GRPO_POLICY_LOSSES)
-    if policy_loss in ("gmpo", *COVARIANCE_LOSSES) and importance_sampling_level != "token":
+    if policy_loss in ("gmpo", *cov.COVARIANCE_LOSSES) and importance_sampling_level != "token":
         raise ValueError(f"policy_loss={policy_loss!r} is token-level by construction (gmpo: a geometric mean of the "
                          "clipped token ratios; clip-cov, kl-cov: a choice of tokens): give "
                          "importance_sampling_level='token'")
@@ -148,12 +141,12 @@ def grpo_per_token_loss(
     _check_real_tokens(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     logp, old_logp, ref_logp, advantages = _zero_padding(mask, logp, old_logp, ref_logp, advantages)
     shape = dict(dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg)  # the parameters of f
-    if policy_loss in COVARIANCE_LOSSES:
-        per_token, _ = covariance_per_token_loss(policy_loss, logp, old_logp, advantages, mask, eps, eps_high,
-                                                 cov_ratio=cov_ratio, clip_cov_lb=clip_cov_lb,
-                                                 clip_cov_ub=clip_cov_ub, kl_cov_coef=kl_cov_coef,
-                                                 generator=generator)  # (B, T) ℓ_t
-        objective = -per_token
+    if policy_loss == "clip-cov":
+        objective = -clip_cov_per_token_loss(logp, old_logp, advantages, mask, eps, eps_high, cov_ratio=cov_ratio,
+                                             clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub, generator=generator)
+    elif policy_loss == "kl-cov":  # no clip
+        objective = -kl_cov_per_token_loss(logp, old_logp, advantages, mask, cov_ratio=cov_ratio,
+                                           kl_cov_coef=kl_cov_coef)
     elif policy_loss == "gmpo":
         ratio = gmpo_ratio(logp, old_logp, row_advantages, mask, eps, eps_high)  # (B,) ŝ_i(θ)
         (objective,) = _zero_padding(mask, (ratio * row_advantages)[:, None].expand_as(mask))  # (B, T) J_i
@@ -185,10 +178,10 @@ def grpo_loss(
     dual_clip_c: float = zoo.DUAL_CLIP_C,
     tau_pos: float = zoo.SAPO_TAU_POS,
     tau_neg: float = zoo.SAPO_TAU_NEG,
-    cov_ratio: float = COV_RATIO,
-    clip_cov_lb: float = CLIP_COV_LB,
-    clip_cov_ub: float = CLIP_COV_UB,
-    kl_cov_coef: float = KL_COV_COEF,
+    cov_ratio: float = cov.COV_RATIO,
+    clip_cov_lb: float = cov.CLIP_COV_LB,
+    clip_cov_ub: float = cov.CLIP_COV_UB,
+    kl_cov_coef: float = cov.KL_COV_COEF,
     generator: torch.Generator | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO loss: PPO's clipped objective with one advantage per sequence and a k3 KL penalty.
@@ -212,11 +205,11 @@ def grpo_loss(
     KL-Cov add ``cov_frac``, the share of real tokens they acted on (``covariance_share``); Clip-Cov logs PPO's
     clip fractions, KL-Cov, which has no clip, 0.
     """
-    cov = dict(cov_ratio=cov_ratio, clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub)  # Clip-Cov's, KL-Cov's k
+    choice = dict(cov_ratio=cov_ratio, clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub)  # which tokens, and how many
     per_token = grpo_per_token_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta, eps_high=eps_high,
                                     importance_sampling_level=importance_sampling_level, policy_loss=policy_loss,
                                     dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg,
-                                    kl_cov_coef=kl_cov_coef, generator=generator, **cov)  # (B, T)
+                                    kl_cov_coef=kl_cov_coef, generator=generator, **choice)  # (B, T)
     loss = aggregate(per_token, mask, aggregation)
     _check_finite_result("grpo_loss", loss, mask, log_ratio=logp - old_logp)
     with torch.no_grad():  # the logs: the ratios and the KL again, from the inputs checked above
@@ -227,9 +220,9 @@ def grpo_loss(
             clip = {"clip-cov": "clip", "kl-cov": "sapo"}.get(policy_loss, policy_loss)  # kl-cov, like sapo: no clip
             stats = {**_clip_fractions_of(clip, ratio, token_advantages, eps, eps_high, dual_clip_c, mask),
                      "ratio_mean": masked_mean(ratio, mask).item(), "ratio_max": _ratio_max(ratio, mask)}
-            if policy_loss in COVARIANCE_LOSSES:
+            if policy_loss in cov.COVARIANCE_LOSSES:
                 stats["cov_frac"] = covariance_share(policy_loss, logp, old_logp, token_advantages, mask, eps,
-                                                     eps_high, **cov)
+                                                     eps_high, **choice)
         else:  # one entry per sequence, every sequence counted (TRL's clip_ratio at the sequence level)
             ratio = sequence_ratio(logp, old_logp, mask)  # (B,) s_i(θ)
             (row_advantages,) = _zero_padding(mask.bool().any(-1), advantages)
