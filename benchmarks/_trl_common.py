@@ -256,12 +256,14 @@ def step_flops(records: Sequence[dict[str, Any]], n_params: int, layers: int, d_
 class FixedLogProbModel(torch.nn.Module):
     """Stands in for a model patched with TRL's fused LM head (`add_fused_lm_head`): called with
     `fused_lm_head=True`, it returns `log_probs` (B, L-1) = the per-token log-probs we give it for the label at
-    column t+1, zero where the label is -100, plus zero entropy / mean logits / top-1 flags. So TRL's own loss code
-    (`DPOTrainer._compute_loss`, `GRPOTrainer._compute_loss`) runs on fixed tensors of our choosing."""
+    column t+1, zero where the label is -100, the entropies we give it the same way (zero when none are given),
+    plus zero mean logits / top-1 flags. So TRL's own loss code (`DPOTrainer._compute_loss`,
+    `GRPOTrainer._compute_loss`) runs on fixed tensors of our choosing."""
 
-    def __init__(self, per_token_logps: torch.Tensor):
+    def __init__(self, per_token_logps: torch.Tensor, entropy: torch.Tensor | None = None):
         super().__init__()
         self.per_token_logps = per_token_logps  # (B, L-1), may require grad
+        self.entropy = entropy  # (B, L-1) or None, may require grad
 
     def forward(self, input_ids=None, attention_mask=None, labels=None, fused_lm_head=False, **kwargs):
         from trl.trainer.utils import FusedCausalLMOutput
@@ -270,8 +272,9 @@ class FixedLogProbModel(torch.nn.Module):
         valid = labels[:, 1:] != -100
         log_probs = torch.where(valid, self.per_token_logps, torch.zeros_like(self.per_token_logps))
         zeros = torch.zeros_like(log_probs).detach()
+        entropy = zeros if self.entropy is None else torch.where(valid, self.entropy, zeros)
         return FusedCausalLMOutput(
-            loss=-log_probs.sum(), log_probs=log_probs, entropy=zeros, mean_logits=zeros,
+            loss=-log_probs.sum(), log_probs=log_probs, entropy=entropy, mean_logits=zeros,
             is_top1=torch.zeros_like(valid), label_mask=valid,
         )
 

@@ -24,7 +24,9 @@ Cross-check (also run by tests/test_benchmarks_trl.py), all against TRL's own co
 - loss and its gradient: `GRPOTrainer._compute_loss` on fixed log-prob tensors (a stand-in model; off-policy
   old log-probs so that clipping is active) against `losses.grpo_loss`, for the aggregation pairs
   grpo = seq-mean, bnpo = token-mean, dapo = token-mean, dr_grpo = constant, and for the ratio zoo: TRL's
-  loss_type cispo and sapo and its delta against policy_loss cispo, sapo and dual-clip;
+  loss_type cispo and sapo and its delta against policy_loss cispo, sapo and dual-clip, and its entropy bonus
+  (`entropy_coef`) against `losses.entropy_bonus` (TRL takes the token mean whatever the loss type: equal to
+  minirlhf's at token-mean, a difference by definition at seq-mean);
 - the sampler's importance weight (three policies): TRL's vLLM importance-sampling correction, computed by its own
   `_generate_and_score_completions` from fixed completions and sampler log-probs (its generation replaced), in
   each vllm_importance_sampling_mode, against `losses.behaviour_weight`; then `_compute_loss` with that weight
@@ -76,7 +78,7 @@ from _trl_common import (
 )
 
 from minirlhf.logprobs import response_logprobs
-from minirlhf.losses import behaviour_weight, grpo_advantages, grpo_loss
+from minirlhf.losses import behaviour_weight, entropy_bonus, grpo_advantages, grpo_loss
 from minirlhf.models import disable_dropout, load_model
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.grpo import GRPOConfig as MiniGRPOConfig
@@ -234,6 +236,44 @@ def check_loss_fixed_tensors(trainer, s: Settings, seed: int = 0) -> list[dict]:
                                   max_abs_diff(our_logp.grad, trl_logp.grad), same, note))
     trainer.loss_type, trainer.args.use_bias_correction_kl = s.loss_type, False
     rows += check_ratio_zoo(trainer, batch, logp, old, ref, advantages, mask, s)
+    rows += check_entropy_bonus(trainer, batch, logp, old, ref, advantages, mask, s, g)
+    return rows
+
+
+ENTROPY_COEF = 0.05  # c_H of the entropy-bonus rows
+
+
+def check_entropy_bonus(trainer, batch, logp, old, ref, advantages, mask, s: Settings, g) -> list[dict]:
+    """TRL's entropy bonus (`entropy_coef`, not adaptive) against grpo_loss + entropy_bonus on fixed log-probs and
+    fixed per-token entropies: the loss and its gradient in both. TRL's bonus is the token mean of H whatever the
+    loss type; minirlhf aggregates it like the loss, so the two agree at token-mean (bnpo) and differ at seq-mean
+    (grpo) by definition."""
+    entropy = torch.where(mask.bool(), 2 * torch.rand(logp.shape, generator=g), torch.zeros_like(logp))
+    trainer.entropy_coef, trainer._entropy_bonus_enabled = ENTROPY_COEF, True
+    rows = []
+    for loss_type, aggregation in (("bnpo", "token-mean"), ("grpo", "seq-mean")):
+        trainer.loss_type = loss_type
+        trl_logp, trl_entropy = logp.clone().requires_grad_(True), entropy.clone().requires_grad_(True)
+        pad = torch.zeros(logp.shape[0], batch["prompt_ids"].shape[1] - 1)
+        loss_trl = trainer._compute_loss(FixedLogProbModel(torch.cat([pad, trl_logp], dim=1),
+                                                           torch.cat([pad, trl_entropy], dim=1)), batch)
+        loss_trl.backward()
+        our_logp, our_entropy = logp.clone().requires_grad_(True), entropy.clone().requires_grad_(True)
+        loss, _ = grpo_loss(our_logp, old, ref, advantages, mask, eps=s.eps, beta=s.beta, aggregation=aggregation)
+        loss = loss + entropy_bonus(our_entropy, mask, ENTROPY_COEF, aggregation)
+        loss.backward()
+        setting = (f"fixed log-prob and entropy tensors, entropy_coef={ENTROPY_COEF}, loss_type={loss_type} vs "
+                   f"aggregation={aggregation}, β={s.beta}")
+        same = aggregation == "token-mean"
+        note = "" if same else ("TRL's bonus is the token mean of H for every loss type; minirlhf aggregates it like "
+                                "the loss (verl's choice), here the per-sequence mean")
+        rows += [check_row("GRPO loss + entropy bonus", setting, max_abs_diff(loss.detach(), loss_trl.detach()),
+                           same, note),
+                 check_row("∂loss/∂ per-token log-probs, entropy bonus", setting,
+                           max_abs_diff(our_logp.grad, trl_logp.grad)),
+                 check_row("∂loss/∂ per-token entropy", setting, max_abs_diff(our_entropy.grad, trl_entropy.grad),
+                           same, note)]
+    trainer.entropy_coef, trainer._entropy_bonus_enabled, trainer.loss_type = 0.0, False, s.loss_type
     return rows
 
 

@@ -84,10 +84,12 @@ def response_logprobs(
     temperature: float = 1.0,
     return_entropy: bool = False,
     prompt_length: int = 0,
+    entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """log p_θ(y_t | x, y_<t) for every response token, (B, T), zero off the response.
 
-    With `return_entropy`, also the entropy of p_θ(· | x, y_<t) at each response token (B, T), zero elsewhere.
+    With `return_entropy`, also the entropy of p_θ(· | x, y_<t) at each response token (B, T), zero elsewhere:
+    a measurement without a gradient, unless `entropy_grad` (an entropy bonus in the loss).
     With `prompt_length=P` (the layout of `sampling.Rollout`: prompts in columns [0, P), left-padded), rows whose
     prompts are identical share one forward pass of it (`_shared_prompt_forward`); the result is the same.
     """
@@ -103,10 +105,10 @@ def response_logprobs(
         if len(distinct) < len(input_ids) and _keeps_cache(model):
             return _shared_prompt_forward(
                 model, input_ids, attention_mask, position_ids, response_mask, distinct, prompt_of_row,
-                temperature, return_entropy,
+                temperature, return_entropy, entropy_grad,
             )
     return _response_forward(
-        model, input_ids, response_mask, temperature, return_entropy,
+        model, input_ids, response_mask, temperature, return_entropy, entropy_grad,
         attention_mask=attention_mask, position_ids=position_ids,
     )
 
@@ -120,7 +122,7 @@ def _keeps_cache(model: nn.Module) -> bool:
 def _shared_prompt_forward(
     model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
     response_mask: torch.Tensor, distinct: torch.Tensor, prompt_of_row: torch.Tensor, temperature: float,
-    return_entropy: bool,
+    return_entropy: bool, entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """`response_logprobs` for a batch in which rows repeat prompts (G completions of each): every distinct prompt
     runs through the model once, and its keys/values are reused by all its rows. `distinct` (n, 2C): the distinct
@@ -149,7 +151,7 @@ def _shared_prompt_forward(
     cache.reorder_cache(prompt_of_row)  # every row gets its prompt's keys/values (n -> B; index_select)
     # 2. every row's last prompt token and response, attending to its prompt through the cache
     results = _response_forward(
-        model, input_ids[:, C:], response_mask[:, C:], temperature, return_entropy,
+        model, input_ids[:, C:], response_mask[:, C:], temperature, return_entropy, entropy_grad,
         attention_mask=attention_mask, position_ids=position_ids[:, C:], **{keyword: cache},
     )  # (B, T - C) each
     if return_entropy:
@@ -240,7 +242,7 @@ def _takes_logits_mask(model_class: type) -> bool:
 
 def _response_forward(
     model: nn.Module, input_ids: torch.Tensor, response_mask: torch.Tensor, temperature: float = 1.0,
-    return_entropy: bool = False, **forward_kwargs,
+    return_entropy: bool = False, entropy_grad: bool = False, **forward_kwargs,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """One forward pass whose LM head (hidden d -> V logits) and log-softmax run only at the N positions that
     predict a response token: the logits at column t-1 score the token at column t. (B, T) results, as
@@ -251,7 +253,7 @@ def _response_forward(
         logits = model(input_ids=input_ids, use_cache=False, logits_to_keep=predictors, **forward_kwargs).logits
     else:
         logits = model(input_ids=input_ids, use_cache=False, **forward_kwargs).logits[predictors]
-    return _scatter_logprobs(logits, input_ids, targets, temperature, return_entropy)  # logits (N, V)
+    return _scatter_logprobs(logits, input_ids, targets, temperature, return_entropy, entropy_grad)  # logits (N, V)
 
 
 def logprobs_on_response(
@@ -260,6 +262,7 @@ def logprobs_on_response(
     response_mask: torch.Tensor,
     temperature: float = 1.0,
     return_entropy: bool = False,
+    entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Turn full-sequence logits (B, T, V) into per-token response log-probs (B, T) (see `response_logprobs`).
 
@@ -268,21 +271,22 @@ def logprobs_on_response(
     """
     mask = response_mask[:, 1:].bool()  # (B, T-1) which predictions we need
     pred_logits = logits[:, :-1][mask]  # (N, V) only the N response positions: no work on prompts or pads
-    return _scatter_logprobs(pred_logits, input_ids, mask, temperature, return_entropy)
+    return _scatter_logprobs(pred_logits, input_ids, mask, temperature, return_entropy, entropy_grad)
 
 
 def _scatter_logprobs(
     pred_logits: torch.Tensor, input_ids: torch.Tensor, targets: torch.Tensor, temperature: float,
-    return_entropy: bool,
+    return_entropy: bool, entropy_grad: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs (and entropies) of the N response tokens, put back at their columns of a (B, T) zero tensor.
-    pred_logits (N, V): the predictions of the tokens input_ids[:, 1:][targets], in that (row-major) order."""
+    """Log-probs (and entropies, differentiable when `entropy_grad`) of the N response tokens, put back at their
+    columns of a (B, T) zero tensor. pred_logits (N, V): the predictions of the tokens input_ids[:, 1:][targets],
+    in that (row-major) order."""
     logp = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     logp[:, 1:][targets] = logprobs_from_logits(pred_logits, input_ids[:, 1:][targets], temperature)
     if not return_entropy:
         return logp
     entropy = torch.zeros_like(logp)
-    with torch.no_grad():
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         entropy[:, 1:][targets] = entropy_from_logits(pred_logits / temperature)
     return logp, entropy
 

@@ -171,3 +171,16 @@ def test_phenomena_refuses_bad_flags_before_any_run(tmp_path, monkeypatch, capsy
     assert stop.value.code == 2
     assert named in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / "data" / "tiny-gpt2-lab" / "config.json").exists(),
+                    reason="run scripts/build_lab_model.py")
+def test_entropy_control_quick(tmp_path):
+    run_quick("entropy_control.py", tmp_path)
+    report = json.loads((tmp_path / "entropy_control.json").read_text())
+    arms = report["seeds"]["0"]
+    assert set(arms) == set(report["settings"]["arms"]) and "none" in arms
+    for name, arm in arms.items():
+        assert len(arm["entropy"]) == report["settings"]["grpo"]["steps"] and arm["final_entropy"] > 0, name
+        assert (arm["mean_cov_frac"] is None) == ("cov" not in name), name  # only the covariance arms log it

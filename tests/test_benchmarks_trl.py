@@ -76,6 +76,10 @@ def test_grpo_cross_check_against_trl(tmp_path):
                or r["quantity"] == "sampler importance weight p_θold/μ"]
     for mode in ("token-truncate", "token-mask", "sequence-truncate", "sequence-mask"):  # weight, loss, gradient
         assert sum(f"behaviour_correction={mode}," in setting for setting in sampler) == 3, mode
+    bonus = {r["quantity"] for r in rows["match"] if "entropy_coef=" in r["setting"] and "token-mean" in r["setting"]}
+    assert bonus == {"GRPO loss + entropy bonus", "∂loss/∂ per-token log-probs, entropy bonus",
+                     "∂loss/∂ per-token entropy"}
     differs = {r["quantity"] for r in rows["differs by definition"]}
     assert differs == {"advantages", "GRPO loss", "∂loss/∂ per-token log-probs",
-                       "per-token log-probs, rows WITH left padding"}
+                       "per-token log-probs, rows WITH left padding", "GRPO loss + entropy bonus",
+                       "∂loss/∂ per-token entropy"}

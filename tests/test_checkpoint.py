@@ -64,6 +64,12 @@ METHODS = {
     "grpo-sampler-correction": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, top_p=0.9,
                                                  sampling_precision="bf16", behaviour_correction="sequence-mask"),
                                 lambda c: train_grpo(_length_task(), c)[2], ["model"]),
+    # Clip-Cov draws its tokens from torch's global generator, and the entropy bonus has a gradient of its own
+    "grpo-clip-cov": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, policy_loss="clip-cov", cov_ratio=0.3,
+                                       clip_cov_lb=0.01, entropy_coef=0.05),
+                      lambda c: train_grpo(_length_task(), c)[2], ["model"]),
+    "grpo-kl-cov": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, policy_loss="kl-cov", cov_ratio=0.3),
+                    lambda c: train_grpo(_length_task(), c)[2], ["model"]),
     "ppo": (PPOConfig, dict(ONLINE, group_size=1, prompts_per_step=8, minibatch_size=4, epochs=2),
             lambda c: train_ppo(_length_task(), c)[2], ["model", "value_head"]),
     "reward-model": (RewardModelConfig, dict(model="tiny", batch_size=10, eval_every=1000, progress=False),

@@ -41,6 +41,8 @@ PAIRS = {
     "ppo_clip_per_token_loss": ("ppo_clip_loss", ("token-mean",)),
     "value_per_token_loss": ("value_loss", ("token-mean",)),
     "grpo_per_token_loss": ("grpo_loss", AGGREGATIONS),
+    "clip_cov_per_token_loss": ("clip_cov_loss", AGGREGATIONS),
+    "kl_cov_per_token_loss": ("kl_cov_loss", AGGREGATIONS),
 }
 
 
@@ -62,6 +64,10 @@ def _settings(name: str, draw_options: dict) -> dict:
         return {"eps": 0.2, "beta": draw_options["beta"], "eps_high": draw_options["eps_high"],
                 "importance_sampling_level": "token" if policy_loss == "gmpo" else draw_options["level"],
                 "policy_loss": policy_loss}
+    if name == "clip_cov_per_token_loss":  # every candidate drawn (n ≥ N): the same tokens in each call
+        return {"eps": 0.2, "eps_high": draw_options["eps_high"], "cov_ratio": 1.0, "clip_cov_lb": -1e9}
+    if name == "kl_cov_per_token_loss":
+        return {"cov_ratio": 0.5}
     return {}
 
 

@@ -55,6 +55,12 @@ VALID_INPUTS = {  # loss -> valid arguments (B = 2 sequences of 3 real tokens)
                               advantages=torch.randn(2), mask=torch.ones(2, 3), eps=0.2, beta=0.04,
                               behaviour_logp=_logps(2, 3), behaviour_correction="token-truncate"),
     "grpo_per_token_loss": lambda: VALID_INPUTS["grpo_loss"](),
+    "clip_cov_per_token_loss": lambda: dict(logp=_logps(2, 3), old_logp=_logps(2, 3), advantages=torch.randn(2),
+                                            mask=torch.ones(2, 3), eps=0.2),
+    "kl_cov_per_token_loss": lambda: dict(logp=_logps(2, 3), old_logp=_logps(2, 3), advantages=torch.randn(2),
+                                          mask=torch.ones(2, 3)),
+    "clip_cov_loss": lambda: VALID_INPUTS["clip_cov_per_token_loss"](),
+    "kl_cov_loss": lambda: VALID_INPUTS["kl_cov_per_token_loss"](),
     "kto_loss": lambda: dict(policy_logps=_logps(2), ref_logps=_logps(2), desirable=torch.tensor([True, False]),
                              policy_kl_logps=_logps(3), ref_kl_logps=_logps(3), beta=0.1),
     "orpo_loss": lambda: dict(policy_chosen_logps=_logps(2), policy_rejected_logps=_logps(2),
@@ -120,10 +126,11 @@ NOT_LOSSES = {
     "estimators": {"kl_k1", "kl_k2", "kl_k3", "clipped_surrogate", "sequence_ratio", "ema_baseline", "gae",
                    "grpo_advantages", "rloo_advantages", "reinforce_plus_plus_advantages", "kl_shaped_rewards",
                    "token_rewards", "dual_clip_surrogate", "cispo_surrogate", "sapo_surrogate", "gmpo_log_ratio",
-                   "gmpo_ratio", "ratio_objective", "behaviour_log_ratio", "behaviour_weight"},
+                   "gmpo_ratio", "ratio_objective", "behaviour_log_ratio", "behaviour_weight", "token_covariance"},
     "helpers": {"aggregate", "masked_sum", "masked_mean", "masked_whiten", "informative_groups", "mask_truncated",
-                "ratio_function_grid"},
-    "logging": {"explained_variance", "pair_accuracy", "behaviour_metrics"},
+                "ratio_function_grid", "clip_cov_candidates", "clip_cov_selection", "kl_cov_selection",
+                "entropy_bonus"},  # the bonus: a term a loss adds
+    "logging": {"explained_variance", "pair_accuracy", "behaviour_metrics", "covariance_share"},
 }
 
 

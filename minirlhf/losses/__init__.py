@@ -10,6 +10,8 @@ of the course, each in the order of its notebook:
                                CISPO, SAPO, GMPO), selected by grpo_loss(policy_loss=...)
     importance                 three policies: the sampler μ's weight p_θold/μ, truncated or masked at a cap
                                (TIS, MIS), selected by grpo_loss(behaviour_correction=...)
+    entropy                    entropy control: the entropy bonus, Clip-Cov and KL-Cov (grpo_loss(policy_loss=
+                               "clip-cov" | "kl-cov")), which act on the tokens of largest covariance
     preference       05a, 05b  Bradley-Terry, DPO and its options (IPO, hinge, RPO), SimPO, ORPO, KTO
     aggregation                the masked reductions every chapter shares (``aggregate``, ``masked_mean``, ...)
     _contract                  the validity rules every loss checks (shapes, masks, inf/NaN, empty batches)
@@ -50,8 +52,28 @@ Sign conventions
 
 from minirlhf.losses._contract import check_group_size
 from minirlhf.losses.aggregation import AGGREGATIONS, aggregate, masked_mean, masked_sum, masked_whiten
+from minirlhf.losses.entropy import (
+    CLIP_COV_LB,
+    CLIP_COV_UB,
+    COV_RATIO,
+    COVARIANCE_LOSSES,
+    KL_COV_COEF,
+    check_covariance_options,
+    clip_cov_candidates,
+    clip_cov_loss,
+    clip_cov_per_token_loss,
+    clip_cov_selection,
+    covariance_share,
+    entropy_bonus,
+    kl_cov_loss,
+    kl_cov_per_token_loss,
+    kl_cov_selection,
+    token_covariance,
+    tokens_acted_on,
+)
 from minirlhf.losses.grpo import (
     CONSTANT_GROUP_STD,
+    GRPO_POLICY_LOSSES,
     GRPO_SCALES,
     IMPORTANCE_SAMPLING_LEVELS,
     STD_FLOOR,
@@ -120,17 +142,20 @@ from minirlhf.losses.ratio_objectives import (
 )
 
 __all__ = [
-    "AGGREGATIONS", "BEHAVIOUR_CAP", "BEHAVIOUR_CORRECTIONS", "CONSTANT_GROUP_STD", "DPO_LOSS_TYPES", "DUAL_CLIP_C",
-    "GRPO_SCALES", "IMPORTANCE_SAMPLING_LEVELS", "IPO_NORMALISATIONS", "KL_K3_LINEAR_ABOVE",
+    "AGGREGATIONS", "BEHAVIOUR_CAP", "BEHAVIOUR_CORRECTIONS", "CLIP_COV_LB", "CLIP_COV_UB", "CONSTANT_GROUP_STD",
+    "COVARIANCE_LOSSES", "COV_RATIO", "DPO_LOSS_TYPES", "DUAL_CLIP_C", "GRPO_POLICY_LOSSES", "GRPO_SCALES",
+    "IMPORTANCE_SAMPLING_LEVELS", "IPO_NORMALISATIONS", "KL_COV_COEF", "KL_K3_LINEAR_ABOVE",
     "KL_K3_LINEAR_ABOVE_FP16", "POLICY_LOSSES", "SAPO_TAU_NEG", "SAPO_TAU_POS", "STD_FLOOR", "aggregate",
     "behaviour_log_ratio", "behaviour_metrics", "behaviour_weight", "bradley_terry_loss",
-    "bradley_terry_per_pair_loss", "check_behaviour_correction", "check_dpo_options", "check_dual_clip_c",
-    "check_ema_decay", "check_gae", "check_group_size", "check_label_smoothing", "cispo_surrogate",
-    "clipped_surrogate", "dpo_loss", "dual_clip_surrogate", "ema_baseline", "explained_variance", "gae",
-    "gmpo_log_ratio", "gmpo_ratio", "grpo_advantages", "grpo_loss", "grpo_per_token_loss", "informative_groups",
-    "kl_k1", "kl_k2", "kl_k3", "kl_shaped_rewards", "kto_loss", "mask_truncated", "masked_mean", "masked_sum",
-    "masked_whiten", "orpo_loss", "pair_accuracy", "ppo_clip_loss", "ppo_clip_per_token_loss", "ratio_function_grid",
+    "bradley_terry_per_pair_loss", "check_behaviour_correction", "check_covariance_options", "check_dpo_options",
+    "check_dual_clip_c", "check_ema_decay", "check_gae", "check_group_size", "check_label_smoothing",
+    "cispo_surrogate", "clip_cov_candidates", "clip_cov_loss", "clip_cov_per_token_loss", "clip_cov_selection",
+    "clipped_surrogate", "covariance_share", "dpo_loss", "dual_clip_surrogate", "ema_baseline", "entropy_bonus",
+    "explained_variance", "gae", "gmpo_log_ratio", "gmpo_ratio", "grpo_advantages", "grpo_loss",
+    "grpo_per_token_loss", "informative_groups", "kl_cov_loss", "kl_cov_per_token_loss", "kl_cov_selection", "kl_k1",
+    "kl_k2", "kl_k3", "kl_shaped_rewards", "kto_loss", "mask_truncated", "masked_mean", "masked_sum", "masked_whiten",
+    "orpo_loss", "pair_accuracy", "ppo_clip_loss", "ppo_clip_per_token_loss", "ratio_function_grid",
     "ratio_objective", "reinforce_loss", "reinforce_per_token_loss", "reinforce_plus_plus_advantages",
-    "rloo_advantages", "sapo_surrogate", "sequence_ratio", "simpo_loss", "token_rewards", "value_loss",
-    "value_per_token_loss",
+    "rloo_advantages", "sapo_surrogate", "sequence_ratio", "simpo_loss", "token_covariance", "token_rewards",
+    "tokens_acted_on", "value_loss", "value_per_token_loss",
 ]

@@ -13,6 +13,8 @@ Then what the field changed after DeepSeek-R1, in the order of notebooks 07a and
                                 f(r, Â) on the ratio, minirlhf.losses.ratio_objectives
   three policies (TIS, MIS)     grpo_loss(behaviour_logp=log μ, behaviour_correction=...): the sampler μ's
                                 importance weight p_θold/μ, capped, minirlhf.losses.importance
+  Clip-Cov, KL-Cov (Cui, 2025)  grpo_loss(policy_loss="clip-cov" | "kl-cov"): entropy control on the tokens of
+                                largest covariance, minirlhf.losses.entropy
   REINFORCE++ (Hu, 2025)        `reinforce_plus_plus_advantages` (and its baseline variant, group_size=G)
   RPO (Pang et al., 2024)       dpo_loss(rpo_alpha=α) in minirlhf.losses.preference: DPO + α · NLL of y_w
 """
@@ -22,8 +24,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-import minirlhf.losses.importance as behaviour  # (the same for the sampler correction's cap)
-import minirlhf.losses.ratio_objectives as zoo  # its constants through their module, which alone defines them
+import minirlhf.losses.entropy as cov  # the constants of these three through their modules, which alone define them
+import minirlhf.losses.importance as behaviour
+import minirlhf.losses.ratio_objectives as zoo
 from minirlhf.checks import check_choice, check_interval, check_non_negative, check_positive
 from minirlhf.losses._contract import (
     _check_finite_result,
@@ -35,12 +38,14 @@ from minirlhf.losses._contract import (
     _zero_padding,
 )
 from minirlhf.losses.aggregation import aggregate, masked_mean, masked_whiten
+from minirlhf.losses.entropy import clip_cov_per_token_loss, covariance_share, kl_cov_per_token_loss
 from minirlhf.losses.importance import behaviour_weight, check_behaviour_correction
 from minirlhf.losses.kl import kl_k1, kl_k3
 from minirlhf.losses.ppo import _ratio_max, gae, token_rewards
 from minirlhf.losses.ratio_objectives import _clip_fractions_of, gmpo_ratio, ratio_objective
 
 GRPO_SCALES = ("group", "batch", "none")
+GRPO_POLICY_LOSSES = zoo.POLICY_LOSSES + cov.COVARIANCE_LOSSES  # the ratio zoo's f(r, Â), then Clip-Cov and KL-Cov
 IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 CONSTANT_GROUP_STD = 1e-4  # a group whose rewards' std is below this is constant: nothing to learn, advantages 0
 STD_FLOOR = 1e-4  # the least std grpo_advantages divides by: a tiny batch std cannot blow the advantages up
@@ -103,6 +108,11 @@ def grpo_per_token_loss(
     behaviour_logp: Tensor | None = None,
     behaviour_correction: str = "none",
     behaviour_cap: float = behaviour.BEHAVIOUR_CAP,
+    cov_ratio: float = cov.COV_RATIO,
+    clip_cov_lb: float = cov.CLIP_COV_LB,
+    clip_cov_ub: float = cov.CLIP_COV_UB,
+    kl_cov_coef: float = cov.KL_COV_COEF,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     """The GRPO loss of each token, (B, T), 0 on padding: PPO's clipped objective with one advantage per sequence
     and a k3 KL penalty, negated.
@@ -116,7 +126,10 @@ def grpo_per_token_loss(
     ``policy_loss`` puts another f(r, Â) of the ratio zoo (minirlhf.losses.ratio_objectives) in place of the
     clip: "dual-clip" (with c = ``dual_clip_c``), "cispo", "sapo" (τ_pos, τ_neg), at either level, or "gmpo",
     whose J_i = ŝ_i Â_i (``gmpo_ratio``, ε and ε_high in log space) is its own sequence ratio, token level only.
-    ``advantages`` is (B,). With β = 0 the KL term is skipped and ``ref_logp`` may be None.
+    "clip-cov" and "kl-cov" (token level) act on the tokens of largest covariance between log p_θ and Â
+    (minirlhf.losses.entropy: ``cov_ratio``, ``clip_cov_lb``, ``clip_cov_ub``, ``kl_cov_coef``; Clip-Cov draws
+    from ``generator``, None = torch's global one). ``advantages`` is (B,). With β = 0 the KL term is skipped and
+    ``ref_logp`` may be None.
     ``behaviour_correction`` (not "none") weighs each token's objective by w_i,t of ``behaviour_weight``, the
     capped importance weight p_θold/μ of the sampler μ whose log-probs are ``behaviour_logp`` (three policies:
     μ drew the answers, r_t = p_θ/p_θold is clipped, w corrects p_θold for μ); the k3 term stays unweighted:
@@ -128,10 +141,11 @@ def grpo_per_token_loss(
     if behaviour_correction != "none" and behaviour_logp is None:
         raise ValueError(f"behaviour_correction={behaviour_correction!r} weighs by p_θold/μ: give behaviour_logp, "
                          "the sampler's log-probs")
-    check_choice("policy_loss", policy_loss, zoo.POLICY_LOSSES)
-    if policy_loss == "gmpo" and importance_sampling_level != "token":
-        raise ValueError("policy_loss='gmpo' is sequence-level by construction (a geometric mean of the clipped "
-                         "token ratios): give importance_sampling_level='token'")
+    check_choice("policy_loss", policy_loss, GRPO_POLICY_LOSSES)
+    if policy_loss in ("gmpo", *cov.COVARIANCE_LOSSES) and importance_sampling_level != "token":
+        raise ValueError(f"policy_loss={policy_loss!r} is token-level by construction (gmpo: a geometric mean of the "
+                         "clipped token ratios; clip-cov, kl-cov: a choice of tokens): give "
+                         "importance_sampling_level='token'")
     check_non_negative("beta", beta)
     if beta > 0 and ref_logp is None:
         raise ValueError("ref_logp is required when beta > 0")
@@ -143,7 +157,13 @@ def grpo_per_token_loss(
     _check_real_tokens(mask, logp=logp, old_logp=old_logp, ref_logp=ref_logp, advantages=advantages)
     logp, old_logp, ref_logp, advantages = _zero_padding(mask, logp, old_logp, ref_logp, advantages)
     shape = dict(dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg)  # the parameters of f
-    if policy_loss == "gmpo":
+    if policy_loss == "clip-cov":
+        objective = -clip_cov_per_token_loss(logp, old_logp, advantages, mask, eps, eps_high, cov_ratio=cov_ratio,
+                                             clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub, generator=generator)
+    elif policy_loss == "kl-cov":  # no clip
+        objective = -kl_cov_per_token_loss(logp, old_logp, advantages, mask, cov_ratio=cov_ratio,
+                                           kl_cov_coef=kl_cov_coef)
+    elif policy_loss == "gmpo":
         ratio = gmpo_ratio(logp, old_logp, row_advantages, mask, eps, eps_high)  # (B,) ŝ_i(θ)
         (objective,) = _zero_padding(mask, (ratio * row_advantages)[:, None].expand_as(mask))  # (B, T) J_i
     elif importance_sampling_level == "token":
@@ -179,16 +199,22 @@ def grpo_loss(
     behaviour_logp: Tensor | None = None,
     behaviour_correction: str = "none",
     behaviour_cap: float = behaviour.BEHAVIOUR_CAP,
+    cov_ratio: float = cov.COV_RATIO,
+    clip_cov_lb: float = cov.CLIP_COV_LB,
+    clip_cov_ub: float = cov.CLIP_COV_UB,
+    kl_cov_coef: float = cov.KL_COV_COEF,
+    generator: torch.Generator | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """GRPO loss: PPO's clipped objective with one advantage per sequence and a k3 KL penalty.
 
         J_t = min( r_t Â_i, clip(r_t, 1 - ε, 1 + ε_high) Â_i ) - β · k3_t,
         k3_t = p_ref/p_θ - log(p_ref/p_θ) - 1,     L = -aggregate(J) = aggregate(grpo_per_token_loss)
 
-    ``eps_high``, ``importance_sampling_level`` (GSPO), ``policy_loss`` (the ratio zoo), β = 0 and the sampler's
-    correction (``behaviour_logp``, ``behaviour_correction``, ``behaviour_cap``: J_t weighed by w_t = p_θold/μ
-    capped, minirlhf.losses.importance) as in ``grpo_per_token_loss``. ``advantages`` is (B,). ``aggregation``
-    (see ``aggregate``) decides how tokens are weighted:
+    ``eps_high``, ``importance_sampling_level`` (GSPO), ``policy_loss`` (the ratio zoo, Clip-Cov and KL-Cov with
+    their options), β = 0 and the sampler's correction (``behaviour_logp``, ``behaviour_correction``,
+    ``behaviour_cap``: J_t weighed by w_t = p_θold/μ capped, minirlhf.losses.importance) as in
+    ``grpo_per_token_loss``. ``advantages`` is (B,). ``aggregation`` (see ``aggregate``) decides how tokens are
+    weighted:
     * "seq-mean" (GRPO paper): each sequence counts once, so a token of a length-|y| answer
       gets weight 1/|y|. A short correct answer gets a strong per-token push up, while a long
       wrong answer spreads its penalty thin: wrong answers are nudged to grow longer.
@@ -198,13 +224,17 @@ def grpo_loss(
     stats: ``clip_frac`` and its two sides ``clip_frac_low``, ``clip_frac_high`` (see ``ppo_clip_loss``; over
     real tokens, or over the B sequences at the sequence level, as TRL counts them; for the other policy losses
     see ``_clip_fractions_of``: dual-clip adds ``clip_frac_dual``), ``ratio_mean`` and ``ratio_max`` (of r_t or
-    s_i, the largest there) and, when ``ref_logp`` is given, ``kl`` (mean k3 over real tokens).
+    s_i, the largest there) and, when ``ref_logp`` is given, ``kl`` (mean k3 over real tokens). Clip-Cov and
+    KL-Cov add ``cov_frac``, the share of real tokens they acted on (``covariance_share``); Clip-Cov logs PPO's
+    clip fractions, KL-Cov, which has no clip, 0.
     """
+    choice = dict(cov_ratio=cov_ratio, clip_cov_lb=clip_cov_lb, clip_cov_ub=clip_cov_ub)  # which tokens, and how many
     per_token = grpo_per_token_loss(logp, old_logp, ref_logp, advantages, mask, eps, beta, eps_high=eps_high,
                                     importance_sampling_level=importance_sampling_level, policy_loss=policy_loss,
                                     dual_clip_c=dual_clip_c, tau_pos=tau_pos, tau_neg=tau_neg,
                                     behaviour_logp=behaviour_logp, behaviour_correction=behaviour_correction,
-                                    behaviour_cap=behaviour_cap)  # (B, T)
+                                    behaviour_cap=behaviour_cap, kl_cov_coef=kl_cov_coef, generator=generator,
+                                    **choice)  # (B, T)
     loss = aggregate(per_token, mask, aggregation)
     _check_finite_result("grpo_loss", loss, mask, log_ratio=logp - old_logp)
     with torch.no_grad():  # the logs: the ratios and the KL again, from the inputs checked above
@@ -212,8 +242,12 @@ def grpo_loss(
         if importance_sampling_level == "token":
             ratio = torch.exp(logp - old_logp)  # (B, T) r_t(θ)
             (token_advantages,) = _zero_padding(mask, _per_token_advantages(advantages, mask))
-            stats = {**_clip_fractions_of(policy_loss, ratio, token_advantages, eps, eps_high, dual_clip_c, mask),
+            clip = {"clip-cov": "clip", "kl-cov": "sapo"}.get(policy_loss, policy_loss)  # kl-cov, like sapo: no clip
+            stats = {**_clip_fractions_of(clip, ratio, token_advantages, eps, eps_high, dual_clip_c, mask),
                      "ratio_mean": masked_mean(ratio, mask).item(), "ratio_max": _ratio_max(ratio, mask)}
+            if policy_loss in cov.COVARIANCE_LOSSES:
+                stats["cov_frac"] = covariance_share(policy_loss, logp, old_logp, token_advantages, mask, eps,
+                                                     eps_high, **choice)
         else:  # one entry per sequence, every sequence counted (TRL's clip_ratio at the sequence level)
             ratio = sequence_ratio(logp, old_logp, mask)  # (B,) s_i(θ)
             (row_advantages,) = _zero_padding(mask.bool().any(-1), advantages)

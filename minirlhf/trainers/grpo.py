@@ -10,12 +10,13 @@ clip(r_t, 1-ε, 1+ε_high) (`eps_high`, DAPO), the sequence ratio s_i (`importan
 sampling and overlong filtering (DAPO) (or, to tell dynamic sampling's two halves apart, `drop_dead_groups`: the
 dead groups dropped without refilling), Dr. GRPO's scale="none" + aggregation="constant"; `RECIPES` sets each
 paper's fields together; `policy_loss` puts another objective f(r, Â) of the ratio zoo in place of the clip
-(dual-clip, CISPO, SAPO, GMPO: minirlhf.losses.ratio_objectives); `behaviour_correction` weighs each token by the
-importance weight p_θold/μ of a sampler μ that is not p_θold (top-k/top-p, `sampling_precision`), truncated or masked
-at `behaviour_cap` (TIS, MIS: minirlhf.losses.importance). With the default β = 0 (no KL leash, as in DAPO
-/ Dr. GRPO) the loss needs only p_θ; a frozen p_ref is still kept to measure eval/kl_ref at evaluation (`eval_kl`,
-false = only p_θ in memory). With β > 0 (the GRPO paper's 0.04) p_ref is in the loss (plus the reward model when
-the reward is a learned one).
+(dual-clip, CISPO, SAPO, GMPO: minirlhf.losses.ratio_objectives) or controls entropy on the tokens of largest
+covariance (Clip-Cov, KL-Cov), and `entropy_coef` adds an entropy bonus (minirlhf.losses.entropy);
+`behaviour_correction` weighs each token by the importance weight p_θold/μ of a sampler μ that is not p_θold
+(top-k/top-p, `sampling_precision`), truncated or masked at `behaviour_cap` (TIS, MIS: minirlhf.losses.importance).
+With the default β = 0 (no KL leash, as in DAPO / Dr. GRPO) the loss needs only p_θ; a frozen p_ref is still kept to
+measure eval/kl_ref at evaluation (`eval_kl`, false = only p_θ in memory). With β > 0 (the GRPO paper's 0.04) p_ref
+is in the loss (plus the reward model when the reward is a learned one).
 """
 
 from __future__ import annotations
@@ -30,16 +31,23 @@ from minirlhf.losses import (
     AGGREGATIONS,
     BEHAVIOUR_CAP,
     BEHAVIOUR_CORRECTIONS,
+    CLIP_COV_LB,
+    CLIP_COV_UB,
+    COV_RATIO,
+    COVARIANCE_LOSSES,
     DUAL_CLIP_C,
+    GRPO_POLICY_LOSSES,
     GRPO_SCALES,
     IMPORTANCE_SAMPLING_LEVELS,
-    POLICY_LOSSES,
+    KL_COV_COEF,
     SAPO_TAU_NEG,
     SAPO_TAU_POS,
     behaviour_metrics,
     check_behaviour_correction,
+    check_covariance_options,
     check_dual_clip_c,
     check_group_size,
+    entropy_bonus,
     grpo_advantages,
     grpo_loss,
     informative_groups,
@@ -47,7 +55,7 @@ from minirlhf.losses import (
     masked_mean,
 )
 from minirlhf.tasks import Task
-from minirlhf.trainers.config import choice, require, require_positive
+from minirlhf.trainers.config import choice, require, require_non_negative, require_positive
 from minirlhf.trainers.online import (
     OnlineConfig,
     collect_informative,
@@ -94,11 +102,20 @@ class GRPOConfig(OnlineConfig):
     importance_sampling_level: str = choice("token", IMPORTANCE_SAMPLING_LEVELS)
     # the objective f(r, Â) put on the ratio (losses.ratio_objectives): "clip" (PPO, GRPO), "dual-clip" (clip, and a
     # floor c·Â for Â < 0), "cispo" (a capped weight on every token's gradient), "sapo" (a soft gate in place of the
-    # clip), "gmpo" (the geometric mean of the clipped token ratios, ε and ε_high in log space; token level only)
-    policy_loss: str = choice("clip", POLICY_LOSSES)
+    # clip), "gmpo" (the geometric mean of the clipped token ratios, ε and ε_high in log space; token level only);
+    # entropy control (losses.entropy, token level only): "clip-cov" (the clip, and the gradient of a random cov_ratio
+    # share of the tokens with Cov(log p, Â) in (clip_cov_lb, clip_cov_ub) cut), "kl-cov" (no clip; kl_cov_coef·|log r|
+    # on the cov_ratio share of tokens of largest Cov(log p, Â))
+    policy_loss: str = choice("clip", GRPO_POLICY_LOSSES)
     dual_clip_c: float = DUAL_CLIP_C  # c of dual-clip: for Â < 0 the objective never goes below c·Â (c > 1)
     sapo_tau_pos: float = SAPO_TAU_POS  # τ_pos of sapo, for Â > 0: the larger, the faster a weight fades as r leaves 1
     sapo_tau_neg: float = SAPO_TAU_NEG  # τ_neg of sapo, for Â ≤ 0
+    cov_ratio: float = COV_RATIO  # clip-cov, kl-cov: the share of real tokens acted on, at least one (0 < r ≤ 1)
+    clip_cov_lb: float = CLIP_COV_LB  # clip-cov: ω_low, the least covariance of a token whose gradient may be cut
+    clip_cov_ub: float = CLIP_COV_UB  # clip-cov: ω_high, the covariance above which a token is left alone
+    kl_cov_coef: float = KL_COV_COEF  # kl-cov: β_KL, the weight of |log r_t| on its tokens
+    # c_H: L - c_H·H, an entropy bonus on the policy's next-token entropy, aggregated like the loss; 0 = off
+    entropy_coef: float = 0.0
     epochs: int = 1  # μ: optimisation passes over each batch of samples (1 = strictly on-policy)
     # how rewards are normalised into advantages: by the std of their group (GRPO), of the batch, or not (Dr. GRPO:
     # scale none + aggregation constant, the dr-grpo recipe)
@@ -147,12 +164,23 @@ class GRPOConfig(OnlineConfig):
         if self.behaviour_cap != BEHAVIOUR_CAP and self.behaviour_correction == "none":
             raise ValueError(f"GRPOConfig.behaviour_cap={self.behaviour_cap!r} caps the sampler's importance weight, "
                              "which is off (behaviour_correction = 'none'): give behaviour_correction too, or drop it")
-        unused = {"dual_clip_c": (DUAL_CLIP_C, "dual-clip"), "sapo_tau_pos": (SAPO_TAU_POS, "sapo"),
-                  "sapo_tau_neg": (SAPO_TAU_NEG, "sapo")}
-        for name, (default, loss) in unused.items():
-            if getattr(self, name) != default and self.policy_loss != loss:
-                raise ValueError(f"GRPOConfig.{name}={getattr(self, name)!r} is a setting of policy_loss={loss!r}, "
-                                 f"not of {self.policy_loss!r}: give policy_loss={loss!r} too, or drop it")
+        require(self, check_covariance_options, "cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_coef")
+        require_non_negative(self, "entropy_coef")
+        if self.policy_loss in COVARIANCE_LOSSES and self.importance_sampling_level != "token":
+            raise ValueError(f"GRPOConfig.policy_loss={self.policy_loss!r} chooses tokens: give "
+                             "importance_sampling_level='token'")
+        if self.policy_loss == "kl-cov" and self.eps_high is not None:
+            raise ValueError(f"GRPOConfig.eps_high={self.eps_high!r} sets the clip, which policy_loss='kl-cov' does "
+                             "not have (its KL leash on the high-covariance tokens takes its place): drop it")
+        unused = {"dual_clip_c": (DUAL_CLIP_C, ("dual-clip",)), "sapo_tau_pos": (SAPO_TAU_POS, ("sapo",)),
+                  "sapo_tau_neg": (SAPO_TAU_NEG, ("sapo",)), "cov_ratio": (COV_RATIO, COVARIANCE_LOSSES),
+                  "clip_cov_lb": (CLIP_COV_LB, ("clip-cov",)), "clip_cov_ub": (CLIP_COV_UB, ("clip-cov",)),
+                  "kl_cov_coef": (KL_COV_COEF, ("kl-cov",))}
+        for name, (default, losses) in unused.items():
+            if getattr(self, name) != default and self.policy_loss not in losses:
+                named = " or ".join(repr(loss) for loss in losses)
+                raise ValueError(f"GRPOConfig.{name}={getattr(self, name)!r} is a setting of policy_loss={named}, "
+                                 f"not of {self.policy_loss!r}: give policy_loss={losses[0]!r} too, or drop it")
         if self.max_sampling_rounds != 4 and not self.dynamic_sampling:
             raise ValueError(f"GRPOConfig.max_sampling_rounds={self.max_sampling_rounds!r} caps dynamic sampling, "
                              "which is off: give dynamic_sampling=true too, or drop it")
@@ -210,7 +238,8 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
             for rows in run.minibatches(exp):  # one optimizer step each
                 for micro in run.micro_batches(rows):  # gradient accumulation: one forward and backward each
                     with run.autocast():
-                        logp, entropy = policy_logprobs(run.train_model, exp, micro, config.temperature)  # (b, N)
+                        logp, entropy = policy_logprobs(run.train_model, exp, micro, config.temperature,
+                                                        entropy_grad=config.entropy_coef > 0)  # (b, N) each
                     ref_logp = exp.ref_logp[micro] if exp.ref_logp is not None else None
                     loss, stats = grpo_loss(
                         logp, exp.old_logp[micro], ref_logp, advantages[micro], mask[micro],
@@ -219,11 +248,15 @@ def train_grpo(task: Task | None = None, config: GRPOConfig | None = None, model
                         dual_clip_c=config.dual_clip_c, tau_pos=config.sapo_tau_pos, tau_neg=config.sapo_tau_neg,
                         behaviour_logp=exp.behaviour_logp[micro], behaviour_correction=config.behaviour_correction,
                         behaviour_cap=config.behaviour_cap,
+                        cov_ratio=config.cov_ratio, clip_cov_lb=config.clip_cov_lb, clip_cov_ub=config.clip_cov_ub,
+                        kl_cov_coef=config.kl_cov_coef,  # Clip-Cov draws from torch's global generator (checkpointed)
                     )
+                    if config.entropy_coef > 0:  # L - c_H·H, on the loss's own normaliser
+                        loss = loss + entropy_bonus(entropy, mask[micro], config.entropy_coef, config.aggregation)
                     # normalised as the whole minibatch: its tokens (token-mean) or its rows, not the micro-batch's
                     run.backward(loss, over=mask[micro], of=mask[rows], aggregation=config.aggregation)
-                    clipped = {name: value for name, value in stats.items() if name.startswith("clip_frac")}
-                    run.add(**clipped, ratio_max=stats["ratio_max"], kl=stats.get("kl", 0.0),
+                    acted = {name: value for name, value in stats.items() if name.startswith(("clip_frac", "cov_frac"))}
+                    run.add(**acted, ratio_max=stats["ratio_max"], kl=stats.get("kl", 0.0),
                             entropy=masked_mean(entropy.detach(), exp.mask[micro]))
                 loss, grad_norm = run.step()
                 run.add(loss=loss, grad_norm=grad_norm)

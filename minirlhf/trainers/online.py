@@ -510,14 +510,15 @@ def prompt_columns(drawn: list[str] | list[dict[str, Any]]) -> tuple[list[str], 
     return [row["prompt"] for row in drawn], {name: [row[name] for row in drawn] for name in names}
 
 
-def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float):
+def policy_logprobs(policy: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float,
+                    entropy_grad: bool = False):
     """log p_θ and entropy on the response columns of the selected rows (this process's rows of the batch): two
     (b, N) tensors. Rows of the same prompt share one forward of it (and its gradient flows back through that one
-    pass)."""
+    pass). The entropy is a measurement, unless `entropy_grad` (an entropy bonus in the loss)."""
     r, rows = exp.rollout, exp.sampled(rows)
     logp, entropy = response_logprobs(
         policy, r.input_ids[rows], r.attention_mask[rows], r.response_mask[rows],
-        temperature=temperature, return_entropy=True, prompt_length=r.prompt_length,
+        temperature=temperature, return_entropy=True, prompt_length=r.prompt_length, entropy_grad=entropy_grad,
     )
     return exp.response(logp), exp.response(entropy)
 

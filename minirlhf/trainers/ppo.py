@@ -16,7 +16,7 @@ Each step:
 
        δ_t = r_t + γ V(s_{t+1}) - V(s_t),      Â_t = Σ_l (γλ)^l δ_{t+l},      R_t = Â_t + V(s_t)  (V's target)
 
-4. `epochs` passes of minibatch steps on  L = L_clip(θ) + c_V · L_V:
+4. `epochs` passes of minibatch steps on  L = L_clip(θ) + c_V · L_V  (- c_H · H with an entropy bonus):
 
        L_clip = -E_t[ min(r_t(θ) Â_t, clip(r_t(θ), 1-ε, 1+ε) Â_t) ],   r_t(θ) = p_θ(y_t|..) / p_θold(y_t|..)
        L_V    = ½ E_t[ max((V(s_t) - R_t)², (V_old + clip(V - V_old, -c, c) - R_t)²) ]
@@ -37,6 +37,7 @@ from torch import nn
 from minirlhf.logprobs import forward_logits, logprobs_on_response
 from minirlhf.losses import (
     check_gae,
+    entropy_bonus,
     explained_variance,
     gae,
     kl_k1,
@@ -73,22 +74,26 @@ class PPOConfig(OnlineConfig):
     vf_coef: float = 0.1  # c_V: weight of the value loss in L = L_clip + c_V · L_V
     cliprange_value: float | None = 0.2  # c: V gains nothing from moving further than this from V_old; None = off
     whiten_advantages: bool = True  # standardise Â over the batch's real tokens (mean 0, std 1)
+    # c_H: L - c_H·H, an entropy bonus on the policy's next-token entropy (token mean, as L_clip); 0 = off
+    entropy_coef: float = 0.0
 
     def validate(self) -> None:
         super().validate()
         require_positive(self, "eps", "epochs")
         if self.eps_high is not None:
             require_positive(self, "eps_high")
-        require_non_negative(self, "vf_coef")
+        require_non_negative(self, "vf_coef", "entropy_coef")
         require(self, check_gae, "gamma", "lam")
         if self.cliprange_value is not None:
             require_positive(self, "cliprange_value")
 
 
 def policy_forward(
-    model: nn.Module, value_head: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float
+    model: nn.Module, value_head: nn.Module, exp: Experience, rows: torch.Tensor, temperature: float,
+    entropy_grad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One forward pass of p_θ -> (logp, entropy, values) on the response columns of the selected rows, each (b, N).
+    The entropy has a gradient only with `entropy_grad` (an entropy bonus in the loss).
 
     Alignment. Full columns are [0, P) prompt (left-padded) and [P, P + N) response. Response token t sits at
     column P + t. The hidden state h[P + t - 1] has read x, y_<t and nothing else: it is the state s_t in which
@@ -99,7 +104,8 @@ def policy_forward(
     r, rows = exp.rollout, exp.sampled(rows)  # this process's rows of the batch, as rows of its rollout
     ids, attn, resp = r.input_ids[rows], r.attention_mask[rows], r.response_mask[rows]  # (b, P + N)
     logits, hidden = forward_logits(model, ids, attn, output_hidden_states=True)  # (b, P+N, V), (b, P+N, d)
-    logp, entropy = logprobs_on_response(logits, ids, resp, temperature, return_entropy=True)  # (b, P + N)
+    logp, entropy = logprobs_on_response(logits, ids, resp, temperature, return_entropy=True,
+                                         entropy_grad=entropy_grad)  # (b, P + N) each
     P = exp.prompt_length
     # V(s_t) = head(h[P + t - 1]) for t = 0 .. N-1
     values = value_head(hidden[:, P - 1 : -1])  # (b, N)
@@ -152,14 +158,17 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
                 for micro in run.micro_batches(rows):  # gradient accumulation: one forward and backward each
                     with run.autocast():
                         logp, entropy, values = policy_forward(run.train_model, run.train_value_head, exp, micro,
-                                                               config.temperature)
+                                                               config.temperature, config.entropy_coef > 0)
                     m = mask[micro]
                     policy_loss, stats = ppo_clip_loss(logp, exp.old_logp[micro], advantages[micro], m,
                                                         eps=config.eps, eps_high=config.eps_high)
                     v_loss = value_loss(values, old_values[micro], returns[micro], m, clip=config.cliprange_value)
                     # L = L_clip + c_V · L_V  (one loss, one optimiser: the head and the trunk learn together),
                     # normalised by the whole minibatch's tokens
-                    run.backward(policy_loss + config.vf_coef * v_loss, over=m, of=mask[rows])
+                    loss = policy_loss + config.vf_coef * v_loss
+                    if config.entropy_coef > 0:  # - c_H·H, a token mean like L_clip
+                        loss = loss + entropy_bonus(entropy, m, config.entropy_coef)
+                    run.backward(loss, over=m, of=mask[rows])
                     run.add(policy_loss=policy_loss, value_loss=v_loss, clip_frac=stats["clip_frac"],
                             clip_frac_low=stats["clip_frac_low"], clip_frac_high=stats["clip_frac_high"],
                             ratio_mean=stats["ratio_mean"],
