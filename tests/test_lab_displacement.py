@@ -1,5 +1,5 @@
-"""The pairs of the lab's likelihood-displacement effect: the right answer against a wrong one that differs in its last
-digit only (near-duplicate) or in every digit (disjoint), from one split."""
+"""The pairs of the lab's likelihood-displacement effect: the right answer against a wrong one as long that differs in
+its last digit only (near-duplicate) or in every digit (disjoint), from one kind and split."""
 
 import random
 
@@ -9,17 +9,18 @@ from minirlhf.lab import displacement
 from minirlhf.tasks import lab
 
 
+@pytest.mark.parametrize("kind", ["hard", "medium"])
 @pytest.mark.parametrize("split", ["train", "test"])
-def test_chosen_is_the_right_answer_and_rejected_a_wrong_one_of_the_asked_kind(split):
-    pool = {p.prompt for p in lab.problems("medium", split)}
+def test_chosen_is_the_right_answer_and_rejected_a_wrong_one_of_the_asked_kind(kind, split):
+    pool = {p.prompt for p in lab.problems(kind, split)}
     for rejected in displacement.REJECTED:
-        pairs = displacement.answer_pairs(split, 200, rejected, random.Random(0))
+        pairs = displacement.answer_pairs(kind, split, 200, rejected, random.Random(0))
         assert len({p.prompt for p in pairs}) == 200 and {p.prompt for p in pairs} <= pool
         for pair in pairs:
             right = str(lab.parse_prompt(pair.prompt).result)
-            assert pair.chosen == right and len(right) == 2 == len(pair.rejected) and pair.rejected[0] != "0"
+            assert pair.chosen == right and len(right) == len(pair.rejected) and pair.rejected[0] != "0"
             differing = [a != b for a, b in zip(pair.chosen, pair.rejected, strict=True)]
-            assert differing == ([False, True] if rejected == "near" else [True, True]), (rejected, pair)
+            assert differing == ([False] * (len(right) - 1) + [True] if rejected == "near" else [True] * len(right))
             assert lab.lab_reward(filler=False)([pair.prompt] * 2, [pair.chosen, pair.rejected]) == [1.0, 0.0]
 
 

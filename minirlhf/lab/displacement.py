@@ -2,11 +2,15 @@
 
 The DPO loss sees only the margin β log p_θ/p_ref(y_w) − β log p_θ/p_ref(y_l), so it is as happy to push y_l down as
 to pull y_w up. When y_w and y_l are near-duplicates, the gradients of log p_θ(y_w) and log p_θ(y_l) point almost the
-same way (Razin et al. 2410.08847: similar hidden embeddings), and pushing y_l down drags y_w down with it. The
-pairs here are the lab's two-digit sums with a two-digit result: y_w = the right answer ("42"), y_l = a wrong one that
-differs from it in the last digit only ("47", near-duplicate) or in every digit ("85", disjoint, which the lab model
-also finds far less likely: an off-policy y_l, Ren & Sutherland 2407.10490). The fix: RPO adds α · NLL(y_w) to the
-loss (`DPOConfig.rpo_alpha`), which holds log p_θ(y_w) up.
+same way (Razin et al. 2410.08847: similar hidden embeddings), and pushing y_l down drags y_w down with it.
+
+The knob is how sure p_ref is between the two. The pairs are the lab's hard prompts, two-digit products ("17*25="),
+which the lab model never solves: y_w the right answer ("425"), y_l a wrong one that differs from it in the last
+digit only ("428", near-duplicate: p_ref finds both about equally likely) or in every digit ("916", disjoint, which
+p_ref finds far less likely: an off-policy y_l, Ren & Sutherland 2407.10490). On the medium sums, which it solves
+about half the time, p_ref already ranks y_w ~9 nats above its near-duplicate, and DPO can win the margin by
+pushing y_l down alone. The fix: RPO adds α · NLL(y_w) to the loss (`DPOConfig.rpo_alpha`), which holds
+log p_θ(y_w) up.
 
 Read from the trainer's own history: rewards/chosen = β (log p_θ − log p_ref)(y_w) on each step's batch (so divided by
 β it is how far the chosen answers moved, in nats) and eval/logps/chosen on the held-out pairs.
@@ -35,18 +39,19 @@ def wrong_answer(result: int, rejected: str, rng: random.Random) -> str:
     raise ValueError(f"rejected={rejected!r}: the wrong answers are {' or '.join(REJECTED)}")
 
 
-def answer_pairs(split: str, n: int, rejected: str, rng: random.Random):
-    """`n` preference pairs (x, y_w, y_l) on the lab's two-digit sums whose result has two digits, from one split:
-    y_w the right answer, y_l a wrong one (`wrong_answer`). Bare answers, no filler: each ends with EOS."""
+def answer_pairs(kind: str, split: str, n: int, rejected: str, rng: random.Random):
+    """`n` preference pairs (x, y_w, y_l) on one kind of the lab's problems, from one split: y_w the right answer,
+    y_l a wrong one (`wrong_answer`). Bare answers, no filler: each ends with EOS."""
     from minirlhf.data import PreferencePair
     from minirlhf.tasks import lab
 
-    pool = [p for p in lab.problems("medium", split) if p.result < 100]
+    pool = lab.problems(kind, split)
     return [PreferencePair(p.prompt, str(p.result), wrong_answer(p.result, rejected, rng)) for p in rng.sample(pool, n)]
 
 
 def settings(quick: bool) -> dict:
-    return {"pairs": {"train": 64 if quick else 512, "test": 16 if quick else 100},
+    # the pairs' prompts: products, which p_ref never solves and so cannot rank y_w above its near-duplicate
+    return {"kind": "hard", "pairs": {"train": 64 if quick else 512, "test": 16 if quick else 100},
             "dpo": {"steps": 3 if quick else 80, "batch_size": 32, "beta": 0.1, "lr": 5e-4,
                     "eval_every": 1 if quick else 10},
             "arms": {"DPO": {"rejected": "near", "rpo_alpha": 0.0},
@@ -61,8 +66,9 @@ def run_seed(seed: int, settings: dict) -> dict:
     arms = {}
     for arm, fields in settings["arms"].items():
         rng = random.Random(seed)  # the same training prompts in every arm of a seed (held out: in the near arms)
-        data = PreferenceData(answer_pairs("train", settings["pairs"]["train"], fields["rejected"], rng),
-                              answer_pairs("test", settings["pairs"]["test"], fields["rejected"], rng))
+        kind, sizes = settings["kind"], settings["pairs"]
+        data = PreferenceData(answer_pairs(kind, "train", sizes["train"], fields["rejected"], rng),
+                              answer_pairs(kind, "test", sizes["test"], fields["rejected"], rng))
         config = DPOConfig(model=settings["model"], seed=seed, rpo_alpha=fields["rpo_alpha"], eval_prompts=0,
                            progress=False, device="cpu", **settings["dpo"])
         _, _, history = train_dpo(data, config)
