@@ -9,6 +9,14 @@ and hard problems in the shares of `lab.SFT_WEIGHTS`, each answer followed by a 
 length distribution), with several right answers when the prompt allows them. Long enough that easy prompts are
 almost always right and medium ones some of the time. Reproducible from the seed for the same torch version and
 thread count (the shipped model: one thread); the script prints the held-out metrics by difficulty class.
+
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py --long-wrong   # "tiny-lab-long-wrong", from tiny-lab
+
+builds the length-bias variant (effect (a) of minirlhf.lab) instead: `tiny-lab` SFT'd further on demonstrations that
+tie the length to correctness, a share LONG_WRONG_SHARE of them a wrong result that runs on (a right answer with one
+more digit: 27 -> 271) followed by 15-30 filler tokens, the rest a right one followed by 0-10
+(`lab.sft_examples(wrong_share=...)`): its wrong answers start 10+ tokens longer than its right ones, and it can
+tell from its own digits which kind it is writing.
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from transformers import GPT2LMHeadModel
 from minirlhf.models import SHIPPED, load_model
 from minirlhf.tasks import lab
 from minirlhf.trainers.sft import SFTConfig, train_sft
+
+LONG_WRONG_SHARE = 0.4  # wrong demonstrations of the length-bias variant: easy prompts about half right
+LONG_WRONG_STEPS = 300  # SFT steps of the variant from tiny-lab
 
 
 def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadModel:
@@ -43,21 +54,25 @@ def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadMo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=SHIPPED["tiny-lab"])
-    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--long-wrong", action="store_true", help="build tiny-lab-long-wrong from tiny-lab")
+    parser.add_argument("--out", type=Path, help="default: the shipped folder of the model built")
+    parser.add_argument("--steps", type=int, help=f"default: 1000, or {LONG_WRONG_STEPS} with --long-wrong")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    name, base_name = ("tiny-lab-long-wrong", "tiny-lab") if args.long_wrong else ("tiny-lab", "tiny-sft")
+    steps = args.steps or (LONG_WRONG_STEPS if args.long_wrong else 1000)
     t0 = time.time()
-    base, tokenizer = load_model("tiny-sft", device="cpu")
+    base, tokenizer = load_model(base_name, device="cpu")
     model = widened(base, lab.LAB_CONTEXT, args.seed)
-    config = SFTConfig(model="tiny-sft", steps=args.steps, lr=args.lr, seed=args.seed,
-                       eval_every=max(1, args.steps // 5), device="cpu", progress=False)
-    model, tokenizer, history = train_sft(lab.sft_data(), config, model=model, tokenizer=tokenizer)
+    config = SFTConfig(model=base_name, steps=steps, lr=args.lr, seed=args.seed,
+                       eval_every=max(1, steps // 5), device="cpu", progress=False)
+    data = lab.sft_data(wrong_share=LONG_WRONG_SHARE if args.long_wrong else 0.0)
+    model, tokenizer, history = train_sft(data, config, model=model, tokenizer=tokenizer)
     for row in history:
         if any(key.startswith("eval/") for key in row):
             print({key: round(value, 3) for key, value in row.items() if key.startswith("eval/") or key == "step"})
-    write_model(model, tokenizer, args.out, t0)
+    write_model(model, tokenizer, args.out or SHIPPED[name], t0)
 
 
 if __name__ == "__main__":
