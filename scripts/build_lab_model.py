@@ -16,6 +16,14 @@ thread count (the shipped model: one thread); the script prints the held-out met
 The chain variant starts from the lab model (it already writes sums and filler runs) and imitates the chain
 demonstrations: a filler run of 0-12 tokens, then every total of "keep adding b to a while below 100", the last one
 the answer; it prints the held-out accuracy on the long (7-9 steps) and the short problems.
+
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py --variant long-wrong   # "tiny-lab-long-wrong", from tiny-lab
+
+builds the length-bias variant (effect (a) of minirlhf.lab): `tiny-lab` SFT'd further on demonstrations that tie the
+length to correctness, a share LONG_WRONG_SHARE of them a wrong result that runs on (a right answer with one more
+digit: 27 -> 271) followed by 15-30 filler tokens, the rest a right one followed by 0-10
+(`lab.sft_examples(wrong_share=...)`): its wrong answers start 10+ tokens longer than its right ones, and it can
+tell from its own digits which kind it is writing.
 """
 
 from __future__ import annotations
@@ -31,6 +39,11 @@ from transformers import GPT2LMHeadModel
 from minirlhf.models import SHIPPED, load_model
 from minirlhf.tasks import lab, lab_chain
 from minirlhf.trainers.sft import SFTConfig, train_sft
+
+LONG_WRONG_SHARE = 0.4  # wrong demonstrations of the length-bias variant: easy prompts about half right
+LONG_WRONG_STEPS = 300  # SFT steps of the variant from tiny-lab
+VARIANTS = {"lab": ("tiny-lab", "tiny-sft"), "chain": ("tiny-lab-chain", "tiny-lab"),
+            "long-wrong": ("tiny-lab-long-wrong", "tiny-lab")}  # --variant: the model built, and what it starts from
 
 
 def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadModel:
@@ -50,26 +63,28 @@ def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadMo
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--variant", choices=("lab", "chain"), default="lab")
-    parser.add_argument("--out", type=Path, help="default: data/tiny-gpt2-lab, or data/tiny-gpt2-lab-chain")
-    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--variant", choices=tuple(VARIANTS), default="lab")
+    parser.add_argument("--out", type=Path, help="default: the shipped folder of the model built")
+    parser.add_argument("--steps", type=int, help=f"default: 1000, or {LONG_WRONG_STEPS} for long-wrong")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    name, base_name = VARIANTS[args.variant]
+    steps = args.steps or (LONG_WRONG_STEPS if args.variant == "long-wrong" else 1000)
     t0 = time.time()
     if args.variant == "chain":
-        base, data, model, tokenizer = "tiny-lab", lab_chain.sft_data(), *load_model("tiny-lab", device="cpu")
+        data, model, tokenizer = lab_chain.sft_data(), *load_model(base_name, device="cpu")
     else:
-        base, tokenizer = load_model("tiny-sft", device="cpu")
-        base, data, model = "tiny-sft", lab.sft_data(), widened(base, lab.LAB_CONTEXT, args.seed)
-    config = SFTConfig(model=base, steps=args.steps, lr=args.lr, seed=args.seed,
-                       eval_every=max(1, args.steps // 5), device="cpu", progress=False)
+        base, tokenizer = load_model(base_name, device="cpu")
+        model = widened(base, lab.LAB_CONTEXT, args.seed)
+        data = lab.sft_data(wrong_share=LONG_WRONG_SHARE if args.variant == "long-wrong" else 0.0)
+    config = SFTConfig(model=base_name, steps=steps, lr=args.lr, seed=args.seed,
+                       eval_every=max(1, steps // 5), device="cpu", progress=False)
     model, tokenizer, history = train_sft(data, config, model=model, tokenizer=tokenizer)
     for row in history:
         if any(key.startswith("eval/") for key in row):
             print({key: round(value, 3) for key, value in row.items() if key.startswith("eval/") or key == "step"})
-    write_model(model, tokenizer, args.out or SHIPPED["tiny-lab-chain" if args.variant == "chain" else "tiny-lab"],
-                t0)
+    write_model(model, tokenizer, args.out or SHIPPED[name], t0)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,13 @@ Under seq-mean each token of answer i carries the weight Â_i / (B·|o_i|): a wr
 less per token the longer it is, so the policy drifts towards long wrong answers. The constant normaliser
 (Â_i / (B·L_max) for every token) has no such preference. The lab's free length channel (filler tokens that never
 change correctness) gives the length room to drift without touching the reward.
+
+The bias needs a length that depends on being wrong: when the tail after a right and after a wrong answer follow
+one law, the group's advantages sum to zero and so does the expected push on the length (the first lab model, whose
+tails were drawn apart from the answer, showed only a random walk). So the runs start from `tiny-lab-long-wrong`
+(scripts/build_lab_model.py --variant long-wrong), whose wrong answers run on (27 -> 271) and then write 15-30 filler
+tokens, its right ones 0-10: on easy sums about half its answers are right, nearly every group is mixed, and the
+wrong answers' tail is a law of its own that only Â_i < 0 reaches.
 """
 
 from __future__ import annotations
@@ -13,8 +20,8 @@ from minirlhf.lab.observe import column, plot_curves, tail_mean
 
 
 def settings(quick: bool) -> dict:
-    return {"task": {"mix": (1.0, 0.0, 0.0), "max_new_tokens": 40},
-            "grpo": {"steps": 3 if quick else 100, "lr": 1e-3, "beta": 0.0, "prompts_per_step": 4 if quick else 8,
+    return {"model": "tiny-lab-long-wrong", "task": {"mix": (1.0, 0.0, 0.0), "max_new_tokens": 64},
+            "grpo": {"steps": 3 if quick else 100, "lr": 3e-4, "beta": 0.0, "prompts_per_step": 4 if quick else 8,
                      "group_size": 8, "epochs": 1, "scale": "group"},
             "arms": {"seq-mean": {"aggregation": "seq-mean"}, "constant": {"aggregation": "constant"}}}
 
