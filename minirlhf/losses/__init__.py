@@ -9,6 +9,8 @@ of the course, each in the order of its notebook:
     ratio_objectives           the ratio zoo: the objective f(r, Â) each method puts on r_t(θ) (clip, dual-clip,
                                CISPO, SAPO, GMPO), selected by grpo_loss(policy_loss=...)
     preference       05a, 05b  Bradley-Terry, DPO and its options (IPO, hinge, RPO), SimPO, ORPO, KTO
+    distillation               the generalized JSD between a student and a teacher over the vocabulary (forward
+                               KL, reverse KL and their mixtures), on-policy distillation's loss
     aggregation                the masked reductions every chapter shares (``aggregate``, ``masked_mean``, ...)
     _contract                  the validity rules every loss checks (shapes, masks, inf/NaN, empty batches)
 
@@ -47,6 +49,7 @@ Sign conventions
 
 from minirlhf.losses._contract import check_group_size
 from minirlhf.losses.aggregation import AGGREGATIONS, aggregate, masked_mean, masked_sum, masked_whiten
+from minirlhf.losses.distillation import check_jsd_beta, generalized_jsd_loss, generalized_jsd_per_token_loss
 from minirlhf.losses.grpo import (
     CONSTANT_GROUP_STD,
     GRPO_SCALES,
@@ -121,4 +124,5 @@ __all__ = [
     "ratio_function_grid", "ratio_objective", "reinforce_loss", "reinforce_per_token_loss",
     "reinforce_plus_plus_advantages", "rloo_advantages", "sapo_surrogate", "sequence_ratio", "simpo_loss",
     "token_rewards", "value_loss", "value_per_token_loss",
+    "check_jsd_beta", "generalized_jsd_loss", "generalized_jsd_per_token_loss",  # distillation
 ]
