@@ -4,6 +4,7 @@ resume that is the same run, and a student whose held-out accuracy rises towards
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,6 +14,7 @@ from safetensors.torch import load_file
 from minirlhf.__main__ import main
 from minirlhf.losses import generalized_jsd_loss, generalized_jsd_per_token_loss
 from minirlhf.models import load_model, load_tokenizer
+from minirlhf.tasks import lab
 from minirlhf.trainers.distill import DistillConfig, train_distill
 from minirlhf.trainers.run.checkpoint import list_checkpoints
 from minirlhf.trainers.run.manifest import read_manifest
@@ -171,3 +173,17 @@ def test_an_interrupted_and_resumed_run_is_the_same_run(tmp_path):
     assert "teacher model" in read_manifest(tmp_path / "resumed")["models"]
     with pytest.raises(Exception, match="teacher model is not the one the run started with"):
         train_distill(config=DistillConfig(**settings, steps=6, teacher="tiny", resume=str(tmp_path / "resumed")))
+
+
+def test_the_student_learns_the_teachers_skill_on_held_out_problems():
+    """tiny-sft, distilled from tiny-lab (reverse KL) on the lab's easy sums, solves more held-out easy sums: its
+    accuracy (200 held-out problems, one sampled answer each) rises by at least 0.15 in 20 steps of 32 answers.
+    Seen: 0.09 -> 0.47 and 0.38 (seeds 0, 1); the teacher solves ~0.9 of them. ~12 s of CPU."""
+    config = lab.LabConfig(mix=(1, 0, 0))
+    task = dataclasses.replace(
+        lab.task(config), evaluate=lambda model, tokenizer: lab.lab_metrics(model, tokenizer, config, per_kind=200,
+                                                                            kinds=("easy",)))
+    settings = dict(device="cpu", steps=20, eval_every=20, jsd_beta=1.0, task_option=["mix=1,0,0"], progress=False)
+    history = train_distill(task, DistillConfig(**settings))[2]
+    before, after = (row["eval/accuracy/easy"] for row in (history[0], history[-1]))
+    assert after >= before + 0.15, (before, after)

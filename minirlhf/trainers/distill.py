@@ -52,9 +52,11 @@ class DistillConfig(OnlineConfig):
     # the lab (its teacher, tiny-lab, solves its easy and medium sums far more often than tiny-sft does)
     task: str | None = with_metavar("lab", "arithmetic|sentiment|lab|module:function|path.py:function")
     steps: int = 40
-    lr: float = 1e-4
-    prompts_per_step: int = 8
-    group_size: int = 4  # each answer scored by the teacher at every token
+    lr: float = 1e-3
+    prompts_per_step: int = 32
+    # answers per prompt: each one is scored at every token by the teacher, so no group is needed (GRPO's
+    # baseline); 1 = the most distinct prompts per sample
+    group_size: int = 1
     eval_every: int = 10
 
     def validate(self) -> None:
