@@ -5,6 +5,7 @@
     python -m minirlhf grpo --steps 60 --beta 0.0 --out-dir runs/grpo
     python -m minirlhf rloo --steps 60
     python -m minirlhf ppo --steps 60
+    python -m minirlhf distill --teacher tiny-lab --jsd-beta 1   # on-policy distillation (reverse KL) on the lab
     python -m minirlhf grpo --task sentiment  # VADER as the reward; --task module:function for a Task of yours
     python -m minirlhf grpo --prompts my_prompts.jsonl --reward my_rewards.py:exact   # your prompts and reward
     python -m minirlhf reward-model --out-dir runs/rm
@@ -41,6 +42,7 @@ TRAINERS = {
     "rloo": ("reinforce", "ReinforceConfig", "train_reinforce", "resolve_task"),  # REINFORCE, baseline="rloo"
     "grpo": ("grpo", "GRPOConfig", "train_grpo", "resolve_task"),
     "ppo": ("ppo", "PPOConfig", "train_ppo", "resolve_task"),
+    "distill": ("distill", "DistillConfig", "train_distill", "resolve_task"),  # on-policy distillation from a teacher
     "reward-model": ("reward_model", "RewardModelConfig", "train_reward_model", None),
     "dpo": ("dpo", "DPOConfig", "train_dpo", None),  # dpo --loss-type kto: the kto command (`_older_spelling`)
     "kto": ("kto", "KTOConfig", "train_kto", None),

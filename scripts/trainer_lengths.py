@@ -14,7 +14,7 @@ import ast
 import sys
 from pathlib import Path
 
-TRAINERS = ("sft", "reward_model", "dpo", "kto", "grpo", "ppo", "reinforce")
+TRAINERS = ("sft", "reward_model", "dpo", "kto", "grpo", "ppo", "reinforce", "distill")
 
 
 def code_lines(lines: list[str], first: int, last: int) -> int:

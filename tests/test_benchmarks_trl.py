@@ -1,4 +1,5 @@
-"""The correctness cross-checks of the TRL side-by-side benchmarks (benchmarks/trl_dpo.py, benchmarks/trl_grpo.py).
+"""The correctness cross-checks of the TRL side-by-side benchmarks (benchmarks/trl_dpo.py, benchmarks/trl_grpo.py)
+and of the distillation loss (benchmarks/trl_distill.py).
 
 Each script's `--check-only` runs in a fresh process: minirlhf's DPO loss, implicit rewards, sequence log-probs and
 gradients, and its GRPO advantages, loss and gradients, must equal TRL's own code within 1e-5 wherever the two
@@ -83,3 +84,14 @@ def test_grpo_cross_check_against_trl(tmp_path):
     assert differs == {"advantages", "GRPO loss", "∂loss/∂ per-token log-probs",
                        "per-token log-probs, rows WITH left padding", "GRPO loss + entropy bonus",
                        "∂loss/∂ per-token entropy"}
+
+
+@pytest.mark.slow
+def test_distillation_cross_check_against_trl(tmp_path):
+    """The generalized JSD against TRL's GKD loss and its DistillationTrainer's chunked loss (and gradient), to 1e-6
+    for β = 0, 0.5, 1."""
+    rows = check(run_cross_check("trl_distill.py", tmp_path / "distill.json"))
+    assert len(rows["match"]) == 18 and not rows["differs by definition"]
+    assert all(row["max_abs_diff"] <= 1e-6 for row in rows["match"])
+    for beta in ("beta=0.0", "beta=0.5", "beta=1.0"):
+        assert sum(beta in row["setting"] for row in rows["match"]) == 6, beta

@@ -76,6 +76,9 @@ VALID_INPUTS = {  # loss -> valid arguments (B = 2 sequences of 3 real tokens)
     "value_loss": lambda: dict(values=torch.randn(2, 3), old_values=torch.randn(2, 3), returns=torch.randn(2, 3),
                                mask=torch.ones(2, 3), clip=0.2),
     "value_per_token_loss": lambda: VALID_INPUTS["value_loss"](),
+    "generalized_jsd_loss": lambda: dict(logits=torch.randn(2, 3, 5), teacher_logits=torch.randn(2, 3, 5),
+                                         mask=torch.ones(2, 3), beta=0.5),
+    "generalized_jsd_per_token_loss": lambda: VALID_INPUTS["generalized_jsd_loss"](),
 }
 
 

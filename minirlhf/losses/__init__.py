@@ -13,6 +13,8 @@ of the course, each in the order of its notebook:
     entropy                    entropy control: the entropy bonus, Clip-Cov and KL-Cov (grpo_loss(policy_loss=
                                "clip-cov" | "kl-cov")), which act on the tokens of largest covariance
     preference       05a, 05b  Bradley-Terry, DPO and its options (IPO, hinge, RPO), SimPO, ORPO, KTO
+    distillation               the generalized JSD between a student and a teacher over the vocabulary (forward
+                               KL, reverse KL and their mixtures), on-policy distillation's loss
     aggregation                the masked reductions every chapter shares (``aggregate``, ``masked_mean``, ...)
     _contract                  the validity rules every loss checks (shapes, masks, inf/NaN, empty batches)
 
@@ -52,6 +54,7 @@ Sign conventions
 
 from minirlhf.losses._contract import check_group_size
 from minirlhf.losses.aggregation import AGGREGATIONS, aggregate, masked_mean, masked_sum, masked_whiten
+from minirlhf.losses.distillation import check_jsd_beta, generalized_jsd_loss, generalized_jsd_per_token_loss
 from minirlhf.losses.entropy import (
     CLIP_COV_LB,
     CLIP_COV_UB,
@@ -158,4 +161,5 @@ __all__ = [
     "ratio_objective", "reinforce_loss", "reinforce_per_token_loss", "reinforce_plus_plus_advantages",
     "rloo_advantages", "sapo_surrogate", "sequence_ratio", "simpo_loss", "token_covariance", "token_rewards",
     "tokens_acted_on", "value_loss", "value_per_token_loss",
+    "check_jsd_beta", "generalized_jsd_loss", "generalized_jsd_per_token_loss",  # distillation
 ]
