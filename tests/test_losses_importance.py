@@ -256,3 +256,13 @@ def test_fp16_sampling_on_cpu_is_refused_before_a_model_is_loaded(monkeypatch, t
     config = GRPOConfig(**{**TINY, "sampling_precision": "fp16", "device": "cpu"})
     with pytest.raises(ValueError, match=r"sampling_precision='fp16' cannot run on cpu .*give 'same' or 'bf16'"):
         train_grpo(None, config)
+
+
+def test_sequence_rho_mean_of_a_long_answer_is_logged_finite():
+    """Σ_t log ρ = 200 over 400 tokens: ρ_i = e^200 overflows float32 (the row was logged inf, stored as null);
+    the weight is capped either way, and the metric is now finite."""
+    old = torch.full((2, 400), -0.1)
+    mask = torch.ones(2, 400)
+    stats = behaviour_metrics(old, old - 0.5, mask, "sequence-truncate", 3.0)
+    assert math.isfinite(stats["sampler/rho_mean"]) and stats["sampler/capped_frac"] == 1.0
+    assert behaviour_weight(old, old - 0.5, mask, "sequence-truncate", 3.0).eq(3.0).all()

@@ -93,8 +93,9 @@ def behaviour_metrics(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor, co
     level = "sequence" if correction.startswith("sequence") else "token"
     with torch.no_grad():
         token_diff = behaviour_log_ratio(old_logp, behaviour_logp, mask, "token").abs()  # (B, T)
-        rho = torch.exp(behaviour_log_ratio(old_logp, behaviour_logp, mask, level))  # (B, T) or (B, 1)
-        counted = mask if level == "token" else torch.ones_like(rho)  # every answer counts once
+        # in float64: a product over a long answer overflows float32's e^88 and would log inf (then null)
+        rho = torch.exp(behaviour_log_ratio(old_logp, behaviour_logp, mask, level).double())  # (B, T) or (B, 1)
+        counted = mask.double() if level == "token" else torch.ones_like(rho)  # every answer counts once
         real = mask.bool()
         return {
             "sampler/logp_diff": masked_mean(token_diff, mask).item(),
