@@ -1071,3 +1071,51 @@ def test_a_grpo_advantage_with_its_own_small_epsilon_guard_passes(delta, capsys)
 ])
 def test_an_epsilon_guard_that_changes_the_advantages_is_refused_saying_what_differs(delta, zero, words, capsys):
     assert words in _refused("grpo-advantages", grpo_with_own_guard(delta, zero), capsys)
+
+
+# CISPO (notebook 09a): wrong versions students write, each refused with the hint of its catalogued mistake, and
+# correct rewrites that pass. Written apart from the catalogue in minirlhf/course/exercises/toolbox.py.
+def _cispo_weight(logp, old_logp, lo, hi):
+    return torch.exp(logp - old_logp).clamp(1 - lo, 1 + hi).detach()
+
+
+CISPO_WRONG = [
+    ("sign flipped", lambda lp, old, a, lo, hi: -(_cispo_weight(lp, old, lo, hi) * a * lp)),
+    ("weight not detached", lambda lp, old, a, lo, hi: torch.exp(lp - old).clamp(1 - lo, 1 + hi) * a * lp),
+    ("weight not capped", lambda lp, old, a, lo, hi: (lp - old).exp().detach() * a * lp),
+    ("the ratio in place of log p_θ",
+     lambda lp, old, a, lo, hi: _cispo_weight(lp, old, lo, hi) * a * torch.exp(lp - old)),
+    ("log-ratio clipped", lambda lp, old, a, lo, hi: (lp - old).clamp(-lo, hi).exp().detach() * a * lp),
+    ("tokens outside the range dropped",
+     lambda lp, old, a, lo, hi: torch.where((torch.exp(lp - old) - 1).abs() <= torch.where(
+         lp > old, torch.full_like(lp, hi), torch.full_like(lp, lo)), torch.exp(lp - old), 0.0).detach() * a * lp),
+    ("ε_low on both sides", lambda lp, old, a, lo, hi: _cispo_weight(lp, old, lo, lo) * a * lp),
+    ("averaged over the answer",
+     lambda lp, old, a, lo, hi: (_cispo_weight(lp, old, lo, hi) * a * lp).mean(dim=1, keepdim=True).expand_as(lp)),
+    ("ratio upside down", lambda lp, old, a, lo, hi: torch.exp(old - lp).clamp(1 - lo, 1 + hi).detach() * a * lp),
+]
+
+
+@pytest.mark.parametrize("name, wrong", CISPO_WRONG, ids=[n for n, _ in CISPO_WRONG])
+def test_a_students_wrong_cispo_gets_the_hint_that_names_it(name, wrong, capsys):
+    mistake = next(m for m in exercises.EXERCISES["cispo"].mistakes if m.name == name)
+    out = _refused("cispo", wrong, capsys)
+    assert engine.names_mistake(out, mistake), out
+
+
+def _cispo_no_grad_block(logp, old_logp, advantages, eps_low, eps_high):
+    with torch.no_grad():
+        weight = torch.clip((logp - old_logp).exp(), min=1 - eps_low, max=1 + eps_high)
+    return logp * advantages * weight
+
+
+def _cispo_by_min_max(logp, old_logp, advantages, eps_low, eps_high):
+    ratio = torch.exp(logp.detach() - old_logp)
+    high, low = torch.full_like(ratio, 1 + eps_high), torch.full_like(ratio, 1 - eps_low)
+    weight = torch.maximum(torch.minimum(ratio, high), low)
+    return advantages * weight * logp
+
+
+@pytest.mark.parametrize("fn", [_cispo_no_grad_block, _cispo_by_min_max])
+def test_a_correct_cispo_written_otherwise_passes(fn, capsys):
+    assert exercises.check_function("cispo", fn) is True, capsys.readouterr().out

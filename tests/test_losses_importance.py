@@ -69,7 +69,7 @@ def test_the_metrics_by_hand():
 # ----------------------------------------------------------------------------- properties
 
 
-@given(seed=st.integers(0, 10_000), cap=st.floats(0.5, 10.0), spread=st.floats(0.0, 3.0))
+@given(seed=st.integers(0, 10_000), cap=st.floats(1.0, 10.0), spread=st.floats(0.0, 3.0))
 def test_the_cap_is_respected_and_masking_zeroes(seed, cap, spread):
     """Truncation: w = min(ρ, C) ≤ C. Masking: w = ρ where ρ ≤ C, else exactly 0. Padding: w = 0."""
     old, behaviour, mask = _batch(seed, spread)
@@ -150,6 +150,8 @@ def test_correcting_changes_the_loss_when_the_sampler_differs():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(behaviour_correction="token-clip"), "behaviour_correction must be one of"),
     (dict(behaviour_correction="token-mask", behaviour_cap=0.0), "behaviour_cap must be > 0"),
+    (dict(behaviour_correction="token-mask", behaviour_cap=0.5), "behaviour_cap must be ≥ 1, got 0.5"),
+    (dict(behaviour_correction="token-truncate", behaviour_cap=0.999), "behaviour_cap must be ≥ 1, got 0.999"),
     (dict(behaviour_correction="token-mask", behaviour_cap=float("nan")), "behaviour_cap must be > 0"),
     (dict(behaviour_correction="sequence-mask"), "give behaviour_logp"),
 ])
@@ -239,3 +241,28 @@ def test_half_precision_sampling_recomputes_p_old_at_the_runs_precision():
                                           **TINY))[2]
     row = history[-1]
     assert 0 < row["sampler/logp_diff"] < 0.5 and math.isfinite(row["loss"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="fp16 sampling runs on CUDA")
+def test_fp16_sampling_on_cpu_is_refused_before_a_model_is_loaded(monkeypatch, tmp_path):
+    """fp16 needs CUDA: the run says so naming the field and what to give instead ('fp32' is no sampling_precision),
+    before p_θ is loaded or a step runs (it once failed inside the first rollout, advising 'fp32')."""
+    import minirlhf.trainers.online as online
+
+    def never(*args, **kwargs):
+        raise AssertionError("the model was loaded before the precision was checked")
+
+    monkeypatch.setattr(online, "setup_policy", never)
+    config = GRPOConfig(**{**TINY, "sampling_precision": "fp16", "device": "cpu"})
+    with pytest.raises(ValueError, match=r"sampling_precision='fp16' cannot run on cpu .*give 'same' or 'bf16'"):
+        train_grpo(None, config)
+
+
+def test_sequence_rho_mean_of_a_long_answer_is_logged_finite():
+    """Σ_t log ρ = 200 over 400 tokens: ρ_i = e^200 overflows float32 (the row was logged inf, stored as null);
+    the weight is capped either way, and the metric is now finite."""
+    old = torch.full((2, 400), -0.1)
+    mask = torch.ones(2, 400)
+    stats = behaviour_metrics(old, old - 0.5, mask, "sequence-truncate", 3.0)
+    assert math.isfinite(stats["sampler/rho_mean"]) and stats["sampler/capped_frac"] == 1.0
+    assert behaviour_weight(old, old - 0.5, mask, "sequence-truncate", 3.0).eq(3.0).all()

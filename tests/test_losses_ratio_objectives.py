@@ -8,7 +8,9 @@ TRL 1.16's cispo, sapo and delta (dual-clip) are cross-checked in tests/test_los
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -427,3 +429,16 @@ def test_padding_and_empty_rows_leave_every_policy_loss_finite(policy_loss, leve
     per_token = grpo_per_token_loss(*dirty, None, advantages, mask, EPS, 0.0, importance_sampling_level=level,
                                     policy_loss=policy_loss)
     assert (per_token[~mask.bool()] == 0).all() and torch.isfinite(per_token).all()  # 0 on padding, as documented
+
+
+def test_sapos_weight_peaks_near_r_2_as_notebook_09a_says():
+    """09a: SAPO's slope is largest at r = 1, but its weight r ∂f/∂r keeps rising and peaks near r = 2 at about 1.6
+    (τ = 1; once read 'a little above 1')."""
+    ratios = torch.linspace(0.5, 4.0, 351, dtype=torch.float64)
+    grid = ratio_function_grid("sapo", ratios, torch.tensor([1.0], dtype=torch.float64), tau_pos=1.0)
+    slope, weight = grid["slope"][:, 0], grid["weight"][:, 0]
+    assert abs(ratios[slope.argmax()].item() - 1.0) < 0.02
+    assert abs(ratios[weight.argmax()].item() - 2.0) < 0.1 and abs(weight.max().item() - 1.6) < 0.05
+    notebook = json.loads((Path(__file__).parent.parent / "notebooks/09a_toolbox.ipynb").read_text())
+    text = "".join(notebook["cells"][5]["source"])
+    assert "peaks near $r = 2$, at about 1.6" in text

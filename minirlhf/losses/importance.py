@@ -35,9 +35,13 @@ BEHAVIOUR_CAP = 3.0  # C: TRL's vllm_importance_sampling_clip_max
 
 
 def check_behaviour_correction(correction: str, cap: float) -> None:
-    """A named correction, and a cap C > 0 (a weight is never above C, and C ≤ 0 would drop every token)."""
+    """A named correction, and a cap C ≥ 1 (a weight is never above C; C < 1 would truncate or mask even the tokens
+    where μ = p_θold, whose ρ is 1, and C ≤ 0 would drop every token)."""
     check_choice("behaviour_correction", correction, BEHAVIOUR_CORRECTIONS)
     check_positive("behaviour_cap", cap, why="the largest importance weight kept")
+    if cap < 1:
+        raise ValueError(f"behaviour_cap must be ≥ 1, got {cap!r}: a cap below 1 truncates or masks even the tokens "
+                         "the sampler drew exactly as p_θold would (ρ = 1); TRL's default is 3.0")
 
 
 def behaviour_log_ratio(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor, level: str) -> Tensor:
@@ -89,8 +93,9 @@ def behaviour_metrics(old_logp: Tensor, behaviour_logp: Tensor, mask: Tensor, co
     level = "sequence" if correction.startswith("sequence") else "token"
     with torch.no_grad():
         token_diff = behaviour_log_ratio(old_logp, behaviour_logp, mask, "token").abs()  # (B, T)
-        rho = torch.exp(behaviour_log_ratio(old_logp, behaviour_logp, mask, level))  # (B, T) or (B, 1)
-        counted = mask if level == "token" else torch.ones_like(rho)  # every answer counts once
+        # in float64: a product over a long answer overflows float32's e^88 and would log inf (then null)
+        rho = torch.exp(behaviour_log_ratio(old_logp, behaviour_logp, mask, level).double())  # (B, T) or (B, 1)
+        counted = mask.double() if level == "token" else torch.ones_like(rho)  # every answer counts once
         real = mask.bool()
         return {
             "sampler/logp_diff": masked_mean(token_diff, mask).item(),

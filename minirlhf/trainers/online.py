@@ -244,6 +244,7 @@ def online_run(
     eval/kl_ref: `kl_to_reference`)."""
     task, config = online_task(task, config)
     runtime, config = begin(config)
+    sampling_autocast(runtime, config.sampling_precision)  # fp16 on CPU refused before a model is loaded
     generator = torch.Generator().manual_seed(config.seed)
     rng = random.Random(config.seed)
     model, tokenizer, ref = setup_policy(config, model, tokenizer, task)  # ref: None when β = 0
@@ -416,8 +417,9 @@ def sampling_autocast(runtime: Runtime, sampling_precision: str):
         return runtime.autocast()
     try:
         return autocast(runtime.device, resolve_precision(sampling_precision, runtime.device))
-    except ValueError as err:
-        raise ValueError(f"sampling_precision={sampling_precision!r}: {err}") from None
+    except ValueError as err:  # fp16 off CUDA: resolve_precision's advice ('fp32') is no sampling_precision
+        raise ValueError(f"sampling_precision={sampling_precision!r} cannot run on {runtime.device} ({err}); "
+                         "give 'same' or 'bf16'") from None
 
 
 def select_groups(exp: Experience, groups: torch.Tensor, group_size: int) -> Experience:

@@ -75,6 +75,20 @@ def _ratio_inverted(logp, old_logp, advantages, eps_low, eps_high):
     return torch.clamp(torch.exp(old_logp - logp), 1 - eps_low, 1 + eps_high).detach() * advantages * logp
 
 
+def _log_ratio_clipped(logp, old_logp, advantages, eps_low, eps_high):
+    return torch.exp(torch.clamp(logp - old_logp, -eps_low, eps_high)).detach() * advantages * logp
+
+
+def _outside_dropped(logp, old_logp, advantages, eps_low, eps_high):
+    ratio = torch.exp(logp - old_logp).detach()
+    inside = (ratio >= 1 - eps_low) & (ratio <= 1 + eps_high)
+    return torch.where(inside, ratio, torch.zeros_like(ratio)) * advantages * logp
+
+
+def _answer_mean(logp, old_logp, advantages, eps_low, eps_high):
+    return _cispo(logp, old_logp, advantages, eps_low, eps_high).mean(-1, keepdim=True).expand_as(logp)
+
+
 def _negated(logp, old_logp, advantages, eps_low, eps_high):
     return -_cispo(logp, old_logp, advantages, eps_low, eps_high)
 
@@ -104,6 +118,17 @@ CISPO = Exercise(
         Mistake("clip range without the 1", _weight_clipped(lambda lo, hi: -lo, lambda lo, hi: hi),
                 "an edge of your clip range is ε itself: the ratio is 1 when nothing moved, clip it to "
                 "[1 - ε_low, 1 + ε_high]."),
+        Mistake("log-ratio clipped", _log_ratio_clipped,
+                "you clip log r to [-ε_low, ε_high] (GMPO's clip) and then exponentiate: CISPO clips the ratio "
+                "itself, clip(r, 1 - ε_low, 1 + ε_high), so r = 1.5 weighs 1 + ε_high = 1.28, not e^0.28."),
+        Mistake("tokens outside the range dropped", _outside_dropped,
+                "your weight is 0 where r leaves the range: that drops the token, as PPO's clip does. CISPO caps "
+                "the weight instead, clip(r, 1 - ε_low, 1 + ε_high), so every token keeps a gradient."),
+        Mistake("ε_low on both sides", _weight_clipped(lambda lo, hi: 1 - lo, lambda lo, hi: 1 + lo),
+                "the upper edge uses ε_low: the range is asymmetric, clip(r, 1 - ε_low, 1 + ε_high)."),
+        Mistake("averaged over the answer", _answer_mean,
+                "each token's value is the mean over its row: the objective is elementwise, one value per token "
+                "(shaped like logp); the loss averages later."),
         Mistake("ratio upside down", _ratio_inverted,
                 "your ratio is p_θold / p_θ: r = exp(logp - old_logp), the new policy over the one that sampled."),
         Mistake("the ratio in place of log p_θ", _ratio_for_logp,
