@@ -73,7 +73,7 @@ WRONG_STEPS = [
     ("max instead of min", _edited_solution("torch.minimum(ratio * A", "torch.maximum(ratio * A"),
      f"{SECOND_STEP}: loss value: (min and max swapped)"),
     ("the loss's sign flipped", _edited_solution("loss = -torch.where", "loss = torch.where"),
-     "the first step: loss value: (sign flipped)"),
+     "(sign flipped)"),  # named by the loss value, or by the update when the first step's loss is about 0
     ("the advantage clipped", _edited_solution("torch.clamp(ratio, 1 - eps, 1 + eps) * A",
                                                "ratio * torch.clamp(A, 1 - eps, 1 + eps)"),
      "loss value: (the clip on the wrong quantity)"),

@@ -98,9 +98,12 @@ def test_accumulated_micro_batches_make_the_large_batch_update(name, sgd):
     start = _weights(_reward_model() if name == "reward-model" else _policy("tiny" if name in PREFERENCE_RUNS
                                                                             else "tiny-sft")[0])
     one, many = _weights(whole), _weights(accumulated)
-    assert max((one[n] - start[n]).abs().max().item() for n in start) > 1e-5  # the update did move the weights
+    moved = max((one[n] - start[n]).abs().max().item() for n in start)
+    assert moved > 1e-5  # the update did move the weights
+    # float32 sums in another order differ in the last bits: the tolerance is relative to the largest step (a wrong
+    # normaliser is off by a share of the update, 1e-2 or more; CI has seen 3e-5 from the order alone)
     apart = max((many[n] - one[n]).abs().max().item() for n in one)
-    assert apart < 1e-6, f"{name}: the accumulated update differs from the large batch's by {apart:.2e}"
+    assert apart < 1e-3 * moved, f"{name}: the accumulated update differs from the large batch's by {apart:.2e}"
 
 
 @pytest.mark.parametrize(("make", "message"), [

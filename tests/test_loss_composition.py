@@ -15,6 +15,7 @@ from minirlhf import losses
 from minirlhf.losses import AGGREGATIONS, aggregate, grpo_advantages, masked_sum
 
 F64 = torch.float64
+VOCAB = 7  # the distillation loss's next-token distributions
 
 
 def _inputs(seed: int, B: int, T: int, ragged: bool) -> dict[str, torch.Tensor]:
@@ -30,8 +31,11 @@ def _inputs(seed: int, B: int, T: int, ragged: bool) -> dict[str, torch.Tensor]:
         "values": torch.randn(B, T, generator=g, dtype=F64),
         "old_values": torch.randn(B, T, generator=g, dtype=F64),
         "returns": torch.randn(B, T, generator=g, dtype=F64),
+        "logits": torch.randn(B, T, VOCAB, generator=g, dtype=F64) * 2,  # (B, T, V) the student's
+        "teacher_logits": torch.randn(B, T, VOCAB, generator=g, dtype=F64) * 2,  # (B, T, V) the teacher's
     }
-    padded = {name: torch.where(mask.bool(), t, torch.full_like(t, float("inf"))) for name, t in tensors.items()}
+    padded = {name: torch.where(mask.bool().view(B, T, *[1] * (t.dim() - 2)), t, torch.full_like(t, float("inf")))
+              for name, t in tensors.items()}
     return {**padded, "mask": mask, "advantages": torch.randn(B, generator=g, dtype=F64)}
 
 
@@ -43,6 +47,7 @@ PAIRS = {
     "grpo_per_token_loss": ("grpo_loss", AGGREGATIONS),
     "clip_cov_per_token_loss": ("clip_cov_loss", AGGREGATIONS),
     "kl_cov_per_token_loss": ("kl_cov_loss", AGGREGATIONS),
+    "generalized_jsd_per_token_loss": ("generalized_jsd_loss", AGGREGATIONS),
 }
 
 
@@ -68,6 +73,8 @@ def _settings(name: str, draw_options: dict) -> dict:
         return {"eps": 0.2, "eps_high": draw_options["eps_high"], "cov_ratio": 1.0, "clip_cov_lb": -1e9}
     if name == "kl_cov_per_token_loss":
         return {"cov_ratio": 0.5}
+    if name == "generalized_jsd_per_token_loss":  # both ends (forward and reverse KL) and the JSD between
+        return {"beta": {0.0: 0.0, 0.04: 0.5}[draw_options["beta"]] if draw_options["level"] == "token" else 1.0}
     return {}
 
 
@@ -87,7 +94,7 @@ def test_the_scalar_loss_is_aggregate_of_the_per_token_loss(name, seed, B, T, ra
     tensors = _inputs(seed, B, T, ragged)
     wanted = set(inspect.signature(per_token_fn).parameters)
     arguments = {k: v for k, v in tensors.items() if k in wanted} | settings
-    trained = "values" if "values" in wanted else "logp"
+    trained = next(name for name in ("values", "logits", "logp") if name in wanted)
 
     def run(fn, **extra):
         leaf = arguments[trained].clone().requires_grad_(True)
