@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 from collections.abc import Callable
 from numbers import Number
 
@@ -1119,3 +1120,41 @@ def _cispo_by_min_max(logp, old_logp, advantages, eps_low, eps_high):
 @pytest.mark.parametrize("fn", [_cispo_no_grad_block, _cispo_by_min_max])
 def test_a_correct_cispo_written_otherwise_passes(fn, capsys):
     assert exercises.check_function("cispo", fn) is True, capsys.readouterr().out
+
+
+# The sampler's sequence mask (notebook 09b): wrong versions students write, refused with the hint of their catalogued
+# mistake, and correct rewrites that pass. Written apart from the catalogue in minirlhf/course/exercises/toolbox.py.
+def _answer_rho(old, mu, mask):
+    return ((old - mu) * mask).sum(dim=1, keepdim=True).exp().detach()  # (B, 1) Π_t ρ_t over the real tokens
+
+
+SEQUENCE_MASK_WRONG = [
+    ("masked per token", lambda lp, old, mu, m, c: ((old - mu).exp() * ((old - mu).exp() <= c) * m).detach()),
+    ("truncated, not masked", lambda lp, old, mu, m, c: _answer_rho(old, mu, m).clamp(max=c) * m),
+    ("ratio upside down", lambda lp, old, mu, m, c: _answer_rho(mu, old, m) * (_answer_rho(mu, old, m) <= c) * m),
+    ("the cap on p_θ / μ", lambda lp, old, mu, m, c: _answer_rho(lp, mu, m) * (_answer_rho(lp, mu, m) <= c) * m),
+    ("weight not detached",
+     lambda lp, old, mu, m, c: ((old - mu) * m).sum(1, keepdim=True).exp() * (_answer_rho(old, mu, m) <= c) * m),
+    ("padding in the product",
+     lambda lp, old, mu, m, c: (old - mu).sum(1, keepdim=True).exp().detach()
+     * ((old - mu).sum(1, keepdim=True).exp() <= c) * m),
+]
+
+
+@pytest.mark.parametrize("name, wrong", SEQUENCE_MASK_WRONG, ids=[n for n, _ in SEQUENCE_MASK_WRONG])
+def test_a_students_wrong_sequence_mask_gets_the_hint_that_names_it(name, wrong, capsys):
+    mistake = next(m for m in exercises.EXERCISES["sequence-mask"].mistakes if m.name == name)
+    out = _refused("sequence-mask", wrong, capsys)
+    assert engine.names_mistake(out, mistake), out
+
+
+def _sequence_mask_by_log_rho(logp, old_logp, behaviour_logp, mask, cap):
+    with torch.no_grad():
+        log_rho = (old_logp - behaviour_logp).masked_fill(mask == 0, 0.0).sum(-1, keepdim=True)  # log Π_t ρ_t
+        keep = log_rho <= math.log(cap)
+    return (log_rho.exp() * keep * mask).to(old_logp.dtype)
+
+
+@pytest.mark.parametrize("fn", [_sequence_mask_by_log_rho, exercises.EXERCISES["sequence-mask"].solution_fn])
+def test_a_correct_sequence_mask_written_otherwise_passes(fn, capsys):
+    assert exercises.check_function("sequence-mask", fn) is True, capsys.readouterr().out

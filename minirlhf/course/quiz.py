@@ -30,6 +30,7 @@ import torch
 from minirlhf import losses
 from minirlhf.checks import check_count, check_interval
 from minirlhf.course import stats, toy
+from minirlhf.sampling import filter_logits
 from minirlhf.tasks.pass_at_k import pass_at_k
 
 TOPICS = ("start-here", "kl-objective", "policy-gradient", "ppo", "grpo", "dpo", "showdown", "grpo-since-r1",
@@ -214,6 +215,16 @@ def _pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of one problem from n samples with c right (minirlhf.tasks.pass_at_k)."""
     return pass_at_k(n, c, k)
 
+def _top_p_weight(probs: Sequence[float], top_p: float, token: int) -> float:
+    """ρ = p_θold(y)/μ(y) of token y = `token` drawn by a top-p sampler μ from p_θold = probs (minirlhf.sampling)."""
+    check_interval("top_p", top_p, 0.0, 1.0, low_included=False)
+    p_old = toy.as_tensor(probs)
+    mu = filter_logits(p_old.log(), top_p=top_p).softmax(-1)  # μ: p_θold filtered and renormalised
+    if mu[token] == 0:
+        raise ValueError(f"token {token} is filtered out at top_p={top_p}: μ never draws it, so it has no weight")
+    return float(p_old[token] / mu[token])
+
+
 # Worked solutions. Each `steps` function redoes an exercise by hand, with plain floats and the math module (it
 # reads the toy data, but calls no torch or minirlhf function), and returns the numbers its `worked` text quotes,
 # the result under "answer"; tests/test_quiz.py checks that "answer" equals the library's value for many parameters.
@@ -337,6 +348,22 @@ def _pass_at_k_steps(n: int, c: int, k: int) -> dict:
     all_wrong = math.comb(n - c, k) / math.comb(n, k)
     return {"wrong": n - c, "subsets": math.comb(n, k), "wrong_subsets": math.comb(n - c, k), "all_wrong": all_wrong,
             "naive": 1 - (1 - c / n) ** k, "answer": 1 - all_wrong}
+
+def _top_p_weight_steps(probs: Sequence[float], top_p: float, token: int) -> dict:
+    # top-p keeps, in order of probability, every token whose predecessors' mass is below top_p (the one that
+    # crosses top_p included); μ = p_θold / Z on those, Z their mass, so ρ = p_θold(y) / μ(y) = Z for any kept y
+    order = sorted(range(len(probs)), key=lambda j: -probs[j])
+    kept, before = [], 0.0
+    for j in order:
+        if before < top_p:
+            kept.append(j)
+        before += probs[j]
+    if token not in kept:
+        raise ValueError(f"token {token} is filtered out at top_p={top_p}: μ never draws it, so it has no weight")
+    mass = sum(probs[j] for j in kept)
+    return {"kept": ", ".join(str(j) for j in sorted(kept)), "mass": mass, "mu": probs[token] / mass,
+            "answer": mass}
+
 
 @dataclass(frozen=True)
 class Exercise:
@@ -480,6 +507,18 @@ EXERCISES_LIST = [
              "{answer:.4f}.\n"
              "The plug-in 1 - (1 - c/n)^k = {naive:.4f} draws the k with replacement; averaged over the draws of the n "
              "samples it falls below the true pass@k (Jensen: 1 - (1 - p)^k is concave in p).",
+             tol=1e-3),
+    Exercise("top-p-weight", "toolbox",
+             "p_θold's next-token probabilities are p = {probs} (tokens 0, 1, 2, ...). The sampler μ filters them "
+             "with top-p = {top_p} and draws token {token}. Its importance weight ρ = p_θold(y) / μ(y)?",
+             _top_p_weight, {"probs": (0.5, 0.3, 0.15, 0.05), "top_p": 0.9, "token": 2},
+             _top_p_weight_steps,
+             "Top-p keeps the most probable tokens until their mass reaches top_p (the token that crosses it "
+             "included): tokens {kept}, of mass Z = {mass:.4g}. μ renormalises p over them: μ(y) = p(y) / Z = "
+             "{mu:.4f}.\n"
+             "ρ = p(y) / μ(y) = Z = {answer:.4f}, the same for every kept token and never above 1: top-p only ever "
+             "down-weights, so a cap C ≥ 1 never acts on it. A filtered token has μ = 0: μ never draws it, and no "
+             "weight can put its share of E_p_θold back.",
              tol=1e-3),
 ]
 EXERCISES: dict[str, Exercise] = {e.id: e for e in EXERCISES_LIST}

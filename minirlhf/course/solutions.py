@@ -192,6 +192,17 @@ def cispo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torc
     return weight * advantages * logp  # REINFORCE's Â log p_θ, weighted: every token keeps its gradient
 
 
+def sequence_mask_weight(logp: torch.Tensor, old_logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                         mask: torch.Tensor, cap: float) -> torch.Tensor:
+    """The sampler correction of TRL's default: w_i,t = ρ_i · 1[ρ_i ≤ C], ρ_i = Π_t p_θold / μ over the answer's real
+    tokens, a constant, 0 on padding. p_θ (logp) is not in it: ρ compares the two fixed policies."""
+    keep = mask.bool()
+    log_rho = torch.where(keep, old_logp - behaviour_logp, torch.zeros_like(old_logp))  # (B, T) log ρ_t, 0 on padding
+    rho = torch.exp(log_rho.sum(-1, keepdim=True)).detach()  # (B, 1) ρ_i = Π_t ρ_t, no gradient
+    weight = torch.where(rho > cap, torch.zeros_like(rho), rho)  # the whole answer dropped when ρ_i > C
+    return torch.where(keep, weight.expand_as(old_logp), torch.zeros_like(old_logp))  # (B, T)
+
+
 def my_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):
     """One GRPO step: sample G answers per prompt, reward, group advantages, clipped loss (β = 0), one update."""
     model.eval()
