@@ -123,7 +123,7 @@ def kto_z_ref_not_detached(policy_logps, ref_logps, desirable, policy_kl_logps, 
 
 
 def test_the_inputs_a_reference_detaches_are_checked_to_get_no_gradient():
-    assert DETACHED_BY_THE_REFERENCE == [("kto-loss", "policy_kl_logps")]
+    assert DETACHED_BY_THE_REFERENCE == [("kto-loss", "policy_kl_logps"), ("sequence-mask", "behaviour_logp")]
 
 
 def test_a_gradient_through_a_detached_quantity_is_refused_as_detach_missing(capsys):
@@ -1122,22 +1122,39 @@ def test_a_correct_cispo_written_otherwise_passes(fn, capsys):
     assert exercises.check_function("cispo", fn) is True, capsys.readouterr().out
 
 
-# The sampler's sequence mask (notebook 09b): wrong versions students write, refused with the hint of their catalogued
-# mistake, and correct rewrites that pass. Written apart from the catalogue in minirlhf/course/exercises/toolbox.py.
+# The sampler's sequence mask on PPO's objective (notebook 09b): wrong versions students write, refused with the hint
+# of their catalogued mistake, and correct rewrites that pass. Written apart from the catalogue in
+# minirlhf/course/exercises/toolbox.py.
+def _clip_objective(lp, old, a, eps):
+    r = (lp - old).exp()
+    return torch.min(r * a[:, None], r.clamp(1 - eps, 1 + eps) * a[:, None])
+
+
 def _answer_rho(old, mu, mask):
     return ((old - mu) * mask).sum(dim=1, keepdim=True).exp().detach()  # (B, 1) Π_t ρ_t over the real tokens
 
 
+def _masked_answers(rho, cap, mask):
+    return rho * (rho <= cap) * mask
+
+
 SEQUENCE_MASK_WRONG = [
-    ("masked per token", lambda lp, old, mu, m, c: ((old - mu).exp() * ((old - mu).exp() <= c) * m).detach()),
-    ("truncated, not masked", lambda lp, old, mu, m, c: _answer_rho(old, mu, m).clamp(max=c) * m),
-    ("ratio upside down", lambda lp, old, mu, m, c: _answer_rho(mu, old, m) * (_answer_rho(mu, old, m) <= c) * m),
-    ("the cap on p_θ / μ", lambda lp, old, mu, m, c: _answer_rho(lp, mu, m) * (_answer_rho(lp, mu, m) <= c) * m),
+    ("masked per token", lambda lp, old, mu, a, m, eps, c: ((old - mu).exp() * ((old - mu).exp() <= c) * m).detach()
+     * _clip_objective(lp, old, a, eps)),
+    ("truncated, not masked",
+     lambda lp, old, mu, a, m, eps, c: _answer_rho(old, mu, m).clamp(max=c) * m * _clip_objective(lp, old, a, eps)),
+    ("ratio upside down", lambda lp, old, mu, a, m, eps, c: _masked_answers(_answer_rho(mu, old, m), c, m)
+     * _clip_objective(lp, old, a, eps)),
+    ("the cap on p_θ / μ", lambda lp, old, mu, a, m, eps, c: _masked_answers(_answer_rho(lp, mu, m), c, m)
+     * _clip_objective(lp, old, a, eps)),
+    ("the sampler in the clip", lambda lp, old, mu, a, m, eps, c: _clip_objective(lp, mu, a, eps) * m),
+    ("no correction", lambda lp, old, mu, a, m, eps, c: _clip_objective(lp, old, a, eps) * m),
     ("weight not detached",
-     lambda lp, old, mu, m, c: ((old - mu) * m).sum(1, keepdim=True).exp() * (_answer_rho(old, mu, m) <= c) * m),
+     lambda lp, old, mu, a, m, eps, c: ((old - mu) * m).sum(1, keepdim=True).exp() * (_answer_rho(old, mu, m) <= c)
+     * m * _clip_objective(lp, old, a, eps)),
     ("padding in the product",
-     lambda lp, old, mu, m, c: (old - mu).sum(1, keepdim=True).exp().detach()
-     * ((old - mu).sum(1, keepdim=True).exp() <= c) * m),
+     lambda lp, old, mu, a, m, eps, c: _masked_answers((old - mu).sum(1, keepdim=True).exp().detach(), c, m)
+     * _clip_objective(lp, old, a, eps)),
 ]
 
 
@@ -1148,11 +1165,13 @@ def test_a_students_wrong_sequence_mask_gets_the_hint_that_names_it(name, wrong,
     assert engine.names_mistake(out, mistake), out
 
 
-def _sequence_mask_by_log_rho(logp, old_logp, behaviour_logp, mask, cap):
+def _sequence_mask_by_log_rho(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
     with torch.no_grad():
         log_rho = (old_logp - behaviour_logp).masked_fill(mask == 0, 0.0).sum(-1, keepdim=True)  # log Π_t ρ_t
-        keep = log_rho <= math.log(cap)
-    return (log_rho.exp() * keep * mask).to(old_logp.dtype)
+        weight = log_rho.exp() * (log_rho <= math.log(cap))
+    ratio = torch.exp(logp - old_logp)
+    surrogate = torch.where(advantages[:, None] >= 0, torch.clamp(ratio, max=1 + eps), torch.clamp(ratio, min=1 - eps))
+    return weight * surrogate * advantages[:, None] * mask
 
 
 @pytest.mark.parametrize("fn", [_sequence_mask_by_log_rho, exercises.EXERCISES["sequence-mask"].solution_fn])

@@ -192,15 +192,18 @@ def cispo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torc
     return weight * advantages * logp  # REINFORCE's Â log p_θ, weighted: every token keeps its gradient
 
 
-def sequence_mask_weight(logp: torch.Tensor, old_logp: torch.Tensor, behaviour_logp: torch.Tensor,
-                         mask: torch.Tensor, cap: float) -> torch.Tensor:
-    """The sampler correction of TRL's default: w_i,t = ρ_i · 1[ρ_i ≤ C], ρ_i = Π_t p_θold / μ over the answer's real
-    tokens, a constant, 0 on padding. p_θ (logp) is not in it: ρ compares the two fixed policies."""
+def corrected_objective(logp: torch.Tensor, old_logp: torch.Tensor, behaviour_logp: torch.Tensor,
+                        advantages: torch.Tensor, mask: torch.Tensor, eps: float, cap: float) -> torch.Tensor:
+    """w_i · min(r_t Â_i, clip(r_t, 1 - ε, 1 + ε) Â_i) per token, to MAXIMISE, 0 on padding: r_t = p_θ / p_θold,
+    and TRL's default sampler correction w_i = ρ_i · 1[ρ_i ≤ C], ρ_i = Π_t p_θold / μ over the answer, a constant."""
     keep = mask.bool()
     log_rho = torch.where(keep, old_logp - behaviour_logp, torch.zeros_like(old_logp))  # (B, T) log ρ_t, 0 on padding
     rho = torch.exp(log_rho.sum(-1, keepdim=True)).detach()  # (B, 1) ρ_i = Π_t ρ_t, no gradient
     weight = torch.where(rho > cap, torch.zeros_like(rho), rho)  # the whole answer dropped when ρ_i > C
-    return torch.where(keep, weight.expand_as(old_logp), torch.zeros_like(old_logp))  # (B, T)
+    ratio = torch.exp(logp - old_logp)  # (B, T) r_t: the clip compares p_θ with p_θold only
+    A = advantages[:, None]  # (B, 1) one advantage per answer
+    objective = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)
+    return torch.where(keep, weight * objective, torch.zeros_like(objective))  # (B, T)
 
 
 def my_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):

@@ -1,5 +1,5 @@
 """Exercises of the 2026 toolbox: CISPO's capped importance weight, written as f(r, Â) (notebook 09a); the sampler's
-importance weight p_θold/μ, masked per answer at a cap (notebook 09b)."""
+importance weight p_θold/μ, masked per answer at a cap, on PPO's clipped objective (notebook 09b)."""
 
 from __future__ import annotations
 
@@ -150,60 +150,63 @@ CISPO = Exercise(
 
 
 
-def _sequence_mask(logp, old_logp, behaviour_logp, mask, cap):
-    return losses.behaviour_weight(old_logp, behaviour_logp, mask, "sequence-mask", cap)
+def _sequence_mask(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
+    return -losses.grpo_per_token_loss(logp, old_logp, None, advantages, mask, eps, 0.0, behaviour_logp=behaviour_logp,
+                                       behaviour_correction="sequence-mask", behaviour_cap=cap)
 
 
 def _sequence_mask_cases():
     # three answers of 4 tokens, the last column padding in rows 1-2 (its log-probs garbage, as a batch's may be):
     # row 0 every ρ_t = 1.4 < C but ρ_i = 1.4^4 ≈ 3.84 > C; row 1 one ρ_t = 4 > C but ρ_i = 4·0.5·0.9 = 1.8 ≤ C;
-    # row 2 ρ_i ≈ 0.52, and p_θ far from both (a weight built on p_θ shows)
+    # row 2 ρ_i ≈ 0.52. r = p_θ/p_θold on both sides of 1 ± ε, so the clip acts too
     behaviour = tensor([[-1.0, -0.5, -2.0, -0.3], [-2.0, -0.4, -1.1, -0.7], [-0.6, -1.5, -0.2, -3.0]])
     rho = tensor([[1.4, 1.4, 1.4, 1.4], [4.0, 0.5, 0.9, 7.0], [0.8, 1.3, 0.5, 9.0]])
+    ratio = tensor([[1.3, 0.7, 1.1, 0.95], [0.6, 1.5, 1.05, 2.0], [1.4, 0.9, 0.75, 3.0]])
     mask = tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 0]])
     old = behaviour + rho.log()
-    logp = old + tensor([[0.3, -0.2, 0.4, 0.1], [-0.5, 0.6, 0.2, 1.0], [0.9, 0.7, -0.4, 2.0]])
+    logp = old + ratio.log()
+    both_signs = tensor([1.0, -0.5, 2.0])
     return [
-        Case("C = 3: an answer whose ρ_t are all below C but whose product is above, one with a ρ_t above C and a "
-             "product below, padding with large ρ_t", dict(logp=logp, old_logp=old, behaviour_logp=behaviour,
-                                                           mask=mask, cap=3.0)),
-        Case("the same answers at C = 1.5: the second answer is dropped too", dict(
-            logp=logp, old_logp=old, behaviour_logp=behaviour, mask=mask, cap=1.5)),
+        Case("C = 3, ε = 0.2: an answer whose ρ_t are all below C but whose product is above, one with a ρ_t above C "
+             "and a product below, padding with large ρ_t; r on both sides of the clip",
+             dict(logp=logp, old_logp=old, behaviour_logp=behaviour, advantages=both_signs, mask=mask, eps=0.2,
+                  cap=3.0)),
+        Case("the same answers at C = 1.5 (the second is dropped too), Â of the other signs, ε = 0.1",
+             dict(logp=logp, old_logp=old, behaviour_logp=behaviour, advantages=-both_signs, mask=mask, eps=0.1,
+                  cap=1.5)),
         Case("random log-probs of three policies, C = 2", dict(
             logp=-randn(4, 5, seed=51).abs(), old_logp=-randn(4, 5, seed=52).abs(),
-            behaviour_logp=-randn(4, 5, seed=53).abs(), mask=tensor([[1] * 5, [1] * 3 + [0] * 2, [1] * 4 + [0],
-                                                                     [1, 0, 0, 0, 0]]), cap=2.0)),
-        Case("μ = p_θold: every ρ is 1, every real token weighs 1", dict(
-            logp=logp, old_logp=behaviour, behaviour_logp=behaviour, mask=mask, cap=3.0)),
+            behaviour_logp=-randn(4, 5, seed=53).abs(), advantages=randn(4, seed=54),
+            mask=tensor([[1] * 5, [1] * 3 + [0] * 2, [1] * 4 + [0], [1, 0, 0, 0, 0]]), eps=0.2, cap=2.0)),
+        Case("μ = p_θold: every ρ is 1, the objective is PPO's clipped one", dict(
+            logp=logp, old_logp=behaviour, behaviour_logp=behaviour, advantages=both_signs, mask=mask, eps=0.2,
+            cap=3.0)),
     ]
 
 
-def _sequence_weight(log_rho, mask, cap, bound="mask", sign=1.0):
+def _clipped(logp, old_logp, advantages, eps):
+    ratio = torch.exp(logp - old_logp)
+    A = advantages[:, None]
+    return torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)
+
+
+def _answer_weight(log_rho, mask, cap, bound="mask", sign=1.0):
     keep = mask.bool()
     rho = torch.exp(torch.where(keep, log_rho, torch.zeros_like(log_rho)).sum(-1, keepdim=True)).detach()
     weight = rho.clamp(max=cap) if bound == "truncate" else torch.where(sign * rho > sign * cap, 0.0, rho)
     return torch.where(keep, weight.expand_as(log_rho), 0.0)
 
 
+def _weighted(weight):
+    def objective(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
+        w = weight(logp, old_logp, behaviour_logp, mask, cap)
+        return torch.where(mask.bool(), w * _clipped(logp, old_logp, advantages, eps), 0.0)
+    return objective
+
+
 def _per_token(logp, old_logp, behaviour_logp, mask, cap):
     rho = torch.exp(old_logp - behaviour_logp).detach()
     return torch.where(mask.bool() & (rho <= cap), rho, 0.0)
-
-
-def _truncated(logp, old_logp, behaviour_logp, mask, cap):
-    return _sequence_weight(old_logp - behaviour_logp, mask, cap, "truncate")
-
-
-def _upside_down(logp, old_logp, behaviour_logp, mask, cap):
-    return _sequence_weight(behaviour_logp - old_logp, mask, cap)
-
-
-def _policy_over_sampler(logp, old_logp, behaviour_logp, mask, cap):
-    return _sequence_weight(logp - behaviour_logp, mask, cap)
-
-
-def _clip_ratio(logp, old_logp, behaviour_logp, mask, cap):
-    return _sequence_weight(logp - old_logp, mask, cap)
 
 
 def _not_detached(logp, old_logp, behaviour_logp, mask, cap):
@@ -224,48 +227,70 @@ def _padding_counted(logp, old_logp, behaviour_logp, mask, cap):
     return torch.where(mask.bool() & (rho <= cap), rho.expand_as(old_logp), 0.0)
 
 
-def _kept_above(logp, old_logp, behaviour_logp, mask, cap):
-    return _sequence_weight(old_logp - behaviour_logp, mask, cap, sign=-1.0)
-
-
 def _one_for_kept(logp, old_logp, behaviour_logp, mask, cap):
-    weight = _sequence_weight(old_logp - behaviour_logp, mask, cap)
+    weight = _answer_weight(old_logp - behaviour_logp, mask, cap)
     return torch.where(weight > 0, 1.0, 0.0).to(weight.dtype)
 
 
+def _sampler_in_the_clip(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
+    return torch.where(mask.bool(), _clipped(logp, behaviour_logp, advantages, eps), 0.0)
+
+
+def _weight_inside_the_clip(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
+    weight = _answer_weight(old_logp - behaviour_logp, mask, cap)
+    ratio = weight * torch.exp(logp - old_logp)
+    A = advantages[:, None]
+    return torch.where(mask.bool(), torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A), 0.0)
+
+
+def _uncorrected(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
+    return torch.where(mask.bool(), _clipped(logp, old_logp, advantages, eps), 0.0)
+
+
 SEQUENCE_MASK = Exercise(
-    "sequence-mask", TOPIC, "sequence_mask_weight", _sequence_mask, _sequence_mask_cases,
+    "sequence-mask", TOPIC, "corrected_objective", _sequence_mask, _sequence_mask_cases,
     (
-        Mistake("masked per token", _per_token,
+        Mistake("masked per token", _weighted(_per_token),
                 "you mask each token whose ρ_t = p_θold/μ exceeds C (token-mask, MIS per token): the sequence mask "
                 "multiplies the answer's ρ_t into one ρ_i = Π_t ρ_t and keeps or drops the whole answer, so four "
                 "tokens at ρ_t = 1.4 make ρ_i ≈ 3.8 > 3 and the answer is dropped."),
-        Mistake("truncated, not masked", _truncated,
+        Mistake("truncated, not masked",
+                _weighted(lambda lp, old, mu, m, c: _answer_weight(old - mu, m, c, "truncate")),
                 "you truncate, min(ρ_i, C) (sequence-truncate, TIS): the mask drops an answer above the cap, "
                 "w = ρ_i · 1[ρ_i ≤ C], so ρ_i = 3.8 weighs 0, not 3."),
-        Mistake("ratio upside down", _upside_down,
+        Mistake("ratio upside down", _weighted(lambda lp, old, mu, m, c: _answer_weight(mu - old, m, c)),
                 "your ρ is μ / p_θold: the weight that turns an average under μ into one under p_θold is "
                 "ρ = p_θold / μ, exp(old_logp - behaviour_logp)."),
-        Mistake("the cap on p_θ / μ", _policy_over_sampler,
-                "your ratio is p_θ / μ: it mixes the policy being trained into the sampler's weight. ρ compares the "
-                "two FIXED policies, p_θold / μ (old_logp - behaviour_logp); p_θ enters only the clip's r = "
-                "p_θ / p_θold, and logp is not needed here."),
-        Mistake("the cap on the clip's ratio", _clip_ratio,
-                "your ratio is the clip's r = p_θ / p_θold: the sampler's weight is ρ = p_θold / μ "
+        Mistake("the cap on p_θ / μ", _weighted(lambda lp, old, mu, m, c: _answer_weight(lp - mu, m, c)),
+                "your weight is built from p_θ / μ: it mixes the policy being trained into the sampler's weight. ρ "
+                "compares the two FIXED policies, p_θold / μ (old_logp - behaviour_logp); p_θ enters only the "
+                "clip's r = p_θ / p_θold."),
+        Mistake("the cap on the clip's ratio", _weighted(lambda lp, old, mu, m, c: _answer_weight(lp - old, m, c)),
+                "your weight is built from the clip's r = p_θ / p_θold: the sampler's weight is ρ = p_θold / μ "
                 "(old_logp - behaviour_logp), a constant of the step that logp does not enter."),
-        Mistake("weight not detached", _not_detached,
+        Mistake("the sampler in the clip", _sampler_in_the_clip,
+                "your clip sees p_θ / μ, one ratio for both jobs: that treats the sampler as p_θold. Keep the three "
+                "apart: the clip sees r = p_θ / p_θold, and the weight ρ_i = Π_t p_θold / μ multiplies the clipped "
+                "term."),
+        Mistake("the weight inside the clip", _weight_inside_the_clip,
+                "your weight multiplies the ratio inside the min and the clip: ρ is a weight on the token's whole "
+                "objective, w · min(r Â, clip(r, 1 - ε, 1 + ε) Â), and the clip sees r = p_θ / p_θold alone."),
+        Mistake("no correction", _uncorrected,
+                "your objective is PPO's clipped one, with no weight: multiply it by w_i = ρ_i · 1[ρ_i ≤ C], "
+                "ρ_i = exp(Σ_t (old_logp - behaviour_logp)) over the answer's real tokens."),
+        Mistake("weight not detached", _weighted(_not_detached),
                 "the values are right but the weight carries a gradient (into old_logp and behaviour_logp): ρ is "
                 "a constant of the step, detach it (.detach())."),
-        Mistake("geometric mean in place of the product", _geometric_mean,
+        Mistake("geometric mean in place of the product", _weighted(_geometric_mean),
                 "you average the log-ratios over the answer, exp(mean_t log ρ_t), as GSPO's ratio does: the "
                 "sequence weight is the product Π_t ρ_t = exp(Σ_t log ρ_t), the likelihood ratio of the whole "
                 "answer (TRL's sequence modes)."),
-        Mistake("padding in the product", _padding_counted,
+        Mistake("padding in the product", _weighted(_padding_counted),
                 "your product runs over padding columns too: zero log ρ_t off the mask before the sum "
                 "(torch.where(mask.bool(), old_logp - behaviour_logp, 0))."),
-        Mistake("kept above the cap", _kept_above,
+        Mistake("kept above the cap", _weighted(lambda lp, old, mu, m, c: _answer_weight(old - mu, m, c, sign=-1.0)),
                 "your mask keeps the answers above C and drops the rest: keep ρ_i ≤ C, w = ρ_i · 1[ρ_i ≤ C]."),
-        Mistake("weight 1 for a kept answer", _one_for_kept,
+        Mistake("weight 1 for a kept answer", _weighted(_one_for_kept),
                 "a kept answer weighs 1 in your version: it weighs ρ_i itself (the mask only drops answers above "
                 "C), w = ρ_i · 1[ρ_i ≤ C]."),
     ),
