@@ -13,10 +13,19 @@ so the first PPO/GRPO ratio is exactly 1. (With top-k/top-p the tokens come from
 the log-probs stay those of the full one, as TRL and most libraries do.) `sampler_logprobs` are the log-probs of
 the distribution each token was actually drawn from, the sampler μ: filtered and renormalised, in the precision
 sampling ran in (equal to `logprobs` without top-k/top-p; see minirlhf.losses.importance for what μ ≠ p_θold does).
+
+With a `Tool` the environment takes part in the answer: when a row samples the tool's closing token, the tool reads
+the response so far and its text is appended, token by token, before the policy samples again:
+
+    prompt "12345+67890="   policy "[12345+67890]"   tool "=80235"   policy "<EOS>"
+
+The appended tokens are context, not actions: attended (`attention_mask` 1) but off `response_mask`, with log-prob 0
+(`Rollout.tool_mask` marks them), so no loss ever puts a gradient on them or counts them in a ratio.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -36,16 +45,32 @@ class Rollout:
     prompts: list[str]  # (B,) the prompt of each row (repeated G times)
     completions: list[str]  # (B,) decoded responses, EOS and padding removed
     input_ids: torch.Tensor  # (B, P + N) prompt + response ids
-    attention_mask: torch.Tensor  # (B, P + N)
-    response_mask: torch.Tensor  # (B, P + N) 1 on response tokens up to and including EOS
+    attention_mask: torch.Tensor  # (B, P + N) 1 on every real token: prompt, response, tool results
+    response_mask: torch.Tensor  # (B, P + N) 1 on the policy's response tokens up to and including EOS
     logprobs: torch.Tensor  # (B, P + N) sampling-time log p_θold(y_t | ...), zero off the response
     prompt_length: int  # P: responses start at this column
     ended_with_eos: torch.Tensor  # (B,) bool: False means truncated at max_new_tokens
     sampler_logprobs: torch.Tensor | None = None  # (B, P + N) log μ(y_t | ...) of the drawn tokens, zero elsewhere
 
     @property
-    def response_lengths(self) -> torch.Tensor:  # (B,)
+    def response_lengths(self) -> torch.Tensor:  # (B,) the policy's tokens
         return self.response_mask.sum(-1)
+
+    @property
+    def tool_mask(self) -> torch.Tensor:  # (B, P + N) 1 on the tokens a tool appended: attended, not the policy's
+        mask = self.attention_mask - self.response_mask
+        mask[:, : self.prompt_length] = 0
+        return mask
+
+
+@dataclass(frozen=True)
+class Tool:
+    """An environment the policy may call in the middle of its answer. Sampling `call_end` (one token) closes a call:
+    `run` reads the row's response so far (tool results included) and returns the text to append, or None for
+    nothing (a call it refuses)."""
+
+    call_end: str  # the one token that closes a call
+    run: Callable[[str], str | None]  # response so far -> the environment's text
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
@@ -76,6 +101,7 @@ def sample(
     generator: torch.Generator | None = None,
     batch_rows: tuple[int, int] | None = None,
     decoder: str = "auto",
+    tool: Tool | None = None,
 ) -> Rollout:
     """Sample `group_size` completions for each prompt with a KV cache, stopping at EOS.
 
@@ -87,6 +113,8 @@ def sample(
     `decoder` says how the one-token steps run: "dynamic" with transformers' growing KV cache (the code below);
     "static" over a preallocated cache, "graph" the same replayed as a CUDA graph (`minirlhf.cuda_graphs`);
     "auto" is "graph" for a model on CUDA with SDPA attention and "dynamic" everywhere else.
+    `tool`: a row that samples `tool.call_end` is fed the tool's text before it samples again (module docstring);
+    the tool's tokens count against `max_new_tokens`.
     """
     _check_sampling_args(prompts, group_size, max_new_tokens, temperature, top_k, top_p, decoder)
     device = next(model.parameters()).device
@@ -110,12 +138,15 @@ def sample(
     keyword = cache_keyword(model)
     first, total = batch_rows or (0, B)
     rows = slice(first, first + B)
+    call_end = _one_token(tokenizer, tool.call_end, "tool.call_end") if tool is not None else None
+    pending: list[list[int]] = [[] for _ in range(B)]  # per row, the tool's tokens still to feed
 
     with eval_mode(model):  # dropout off while sampling; the model's own mode is restored after
         tokens = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)  # (B, N)
         token_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N)
         sampler_logp = torch.zeros((B, max_new_tokens), dtype=torch.float32, device=device)  # (B, N) log μ
         alive = torch.ones(B, dtype=torch.bool, device=device)  # no EOS yet
+        from_tool = torch.zeros((B, max_new_tokens), dtype=torch.bool, device=device)  # (B, N) appended by the tool
         lengths = torch.zeros(B, dtype=torch.long, device=device)  # response length incl. EOS
         # First the n prompts; their KV cache and last logits are then repeated G times (row i*G + g <- prompt i).
         position_ids = position_ids_from_mask(prompt_mask)
@@ -140,12 +171,18 @@ def sample(
                 probs = filtered.softmax(-1)
                 next_token = (probs / _exponential_noise(total, probs, generator)[rows]).argmax(-1)
             next_token = torch.where(alive, next_token, torch.full_like(next_token, pad_id))
+            for row in (i for i in range(B) if pending[i]):  # the tool is speaking: its token, not the policy's
+                next_token[row], from_tool[row, t] = pending[row].pop(0), True
+            policy = alive & ~from_tool[:, t]
             tokens[:, t] = next_token
-            token_logp[:, t] = torch.where(alive, logprobs_from_logits(logits, next_token, temperature), 0.0)
+            token_logp[:, t] = torch.where(policy, logprobs_from_logits(logits, next_token, temperature), 0.0)
             if not greedy:  # (greedy: μ is a point mass, log μ = 0)
-                sampler_logp[:, t] = torch.where(alive, logprobs_from_logits(filtered, next_token), 0.0)
+                sampler_logp[:, t] = torch.where(policy, logprobs_from_logits(filtered, next_token), 0.0)
             lengths += alive.long()
             alive &= next_token != eos_id
+            if tool is not None:
+                for row in (policy & (next_token == call_end)).nonzero().flatten().tolist():
+                    pending[row] = _tool_tokens(tokenizer, tool, tokens[row, : t + 1])
             if not bool(alive.any()) or t + 1 == max_new_tokens:
                 break
             if static is not None:
@@ -164,7 +201,8 @@ def sample(
             _draw_like_the_other_processes(t + 1, total, probs, generator)
 
     N = max_new_tokens
-    response_mask = torch.arange(N, device=device)[None, :] < lengths[:, None]  # (B, N)
+    real = torch.arange(N, device=device)[None, :] < lengths[:, None]  # (B, N) up to and including EOS
+    response_mask = real & ~from_tool  # (B, N) the policy's own tokens
     completions = [
         tokenizer.decode(row[: int(n)][row[: int(n)] != eos_id].tolist()) for row, n in zip(tokens, lengths)
     ]
@@ -173,13 +211,29 @@ def sample(
         prompts=repeated,
         completions=completions,
         input_ids=torch.cat([prompt_ids, tokens], dim=1),
-        attention_mask=torch.cat([prompt_mask, response_mask.long()], dim=1),
+        attention_mask=torch.cat([prompt_mask, real.long()], dim=1),
         response_mask=torch.cat([zeros, response_mask.long()], dim=1),
         logprobs=torch.cat([zeros.float(), token_logp], dim=1),
         prompt_length=P,
         ended_with_eos=~alive,
         sampler_logprobs=torch.cat([zeros.float(), sampler_logp], dim=1),
     )
+
+
+def _one_token(tokenizer: PreTrainedTokenizerBase, text: str, name: str) -> int:
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(f"{name}={text!r} must be one token of the tokenizer, it is {len(ids)}: {ids}")
+    return ids[0]
+
+
+def _tool_tokens(tokenizer: PreTrainedTokenizerBase, tool: Tool, response: torch.Tensor) -> list[int]:
+    """The tokens of the tool's answer to a call that closes `response` (its ids so far); [] when it refuses."""
+    text = tool.run(tokenizer.decode(response.tolist()))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+    if tokenizer.eos_token_id in ids:
+        raise ValueError(f"the tool answered {text!r}, which holds the EOS token: a tool cannot end the answer")
+    return ids
 
 
 def _exponential_noise(total: int, probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -24,6 +24,13 @@ length to correctness, a share LONG_WRONG_SHARE of them a wrong result that runs
 digit: 27 -> 271) followed by 15-30 filler tokens, the rest a right one followed by 0-10
 (`lab.sft_examples(wrong_share=...)`): its wrong answers start 10+ tokens longer than its right ones, and it can
 tell from its own digits which kind it is writing.
+
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py --variant calculator   # "tiny-calculator", from tiny-lab
+
+builds the tool-use model (minirlhf.tasks.calculator): `tiny-lab` SFT'd CALCULATOR_STEPS steps on long sums (4-5
+digit numbers), a share `calculator.CALL_SHARE` of the demonstrations calling the calculator and ending after
+its result ("[a+b]=s"), the others answering in the head ("s"): the model sometimes calls and sometimes does not, so
+RL has a choice to learn. It prints the held-out accuracy and share of calls with the calculator.
 """
 
 from __future__ import annotations
@@ -37,13 +44,16 @@ from _shipped import write_model
 from transformers import GPT2LMHeadModel
 
 from minirlhf.models import SHIPPED, load_model
-from minirlhf.tasks import lab, lab_chain
+from minirlhf.tasks import calculator, lab, lab_chain
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
 LONG_WRONG_SHARE = 0.4  # wrong demonstrations of the length-bias variant: easy prompts about half right
 LONG_WRONG_STEPS = 300  # SFT steps of the variant from tiny-lab
+CALCULATOR_STEPS = 1000  # SFT steps of the calculator model from tiny-lab
 VARIANTS = {"lab": ("tiny-lab", "tiny-sft"), "chain": ("tiny-lab-chain", "tiny-lab"),
-            "long-wrong": ("tiny-lab-long-wrong", "tiny-lab")}  # --variant: the model built, and what it starts from
+            "long-wrong": ("tiny-lab-long-wrong", "tiny-lab"),
+            "calculator": ("tiny-calculator", "tiny-lab")}  # --variant: the model built, and what it starts from
+STEPS = {"long-wrong": LONG_WRONG_STEPS, "calculator": CALCULATOR_STEPS}  # default --steps, else 1000
 
 
 def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadModel:
@@ -65,15 +75,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--variant", choices=tuple(VARIANTS), default="lab")
     parser.add_argument("--out", type=Path, help="default: the shipped folder of the model built")
-    parser.add_argument("--steps", type=int, help=f"default: 1000, or {LONG_WRONG_STEPS} for long-wrong")
+    parser.add_argument("--steps", type=int, help=f"default: 1000, or {STEPS} by variant")
     parser.add_argument("--lr", type=float, default=2e-3)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     name, base_name = VARIANTS[args.variant]
-    steps = args.steps or (LONG_WRONG_STEPS if args.variant == "long-wrong" else 1000)
+    steps = args.steps or STEPS.get(args.variant, 1000)
     t0 = time.time()
-    if args.variant == "chain":
-        data, model, tokenizer = lab_chain.sft_data(), *load_model(base_name, device="cpu")
+    if args.variant in ("chain", "calculator"):
+        data = lab_chain.sft_data() if args.variant == "chain" else calculator.sft_data()
+        model, tokenizer = load_model(base_name, device="cpu")
     else:
         base, tokenizer = load_model(base_name, device="cpu")
         model = widened(base, lab.LAB_CONTEXT, args.seed)

@@ -12,6 +12,8 @@ the criterion holds on all of them (and on what the effect checks across seeds).
     (f) displacement   under DPO the chosen answer's log-prob falls; the NLL term (RPO) holds it  -> notebook 05b
     (g) no_clip        PPO without clipping, a batch reused many times, ends below ε = 0.2       -> notebook 03b
                        (on arithmetic from tiny-sft: its settings name their own model and task)
+    (h) tool_use       with a calculator in the loop GRPO learns to call it, and beats GRPO without it
+                       (on long sums from tiny-calculator: minirlhf.tasks.calculator)
 
     from minirlhf.lab import EFFECTS, run_effect
     report = run_effect("a", seeds=[0, 1, 2], quick=True)     # what benchmarks/phenomena.py runs, per effect
@@ -34,10 +36,11 @@ from minirlhf.lab.entropy_clip import EFFECT as ENTROPY_CLIP
 from minirlhf.lab.length_bias import EFFECT as LENGTH_BIAS
 from minirlhf.lab.no_clip import EFFECT as NO_CLIP
 from minirlhf.lab.overoptimisation import EFFECT as OVEROPTIMISATION
+from minirlhf.lab.tool_use import EFFECT as TOOL_USE
 from minirlhf.lab.truncation import EFFECT as TRUNCATION
 
 EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "c": TRUNCATION, "d": DEAD_GROUPS,
-                               "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP}
+                               "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP, "h": TOOL_USE}
 
 __all__ = ["EFFECTS", "MODEL", "Effect", "run_effect", "run_seed"]
 

@@ -6,6 +6,7 @@ The contract lives here: a `Task` (prompts, a `RewardFn`, a budget, an `Evaluati
 - `arithmetic`: the verifiable-reward task (exact-answer reward) for REINFORCE/RLOO, PPO and GRPO.
 - `reviews` + `sentiment`: the preference task (continue a review positively), scored by VADER.
 - `lab`: a task family with knobs (difficulty mix, free length, response cap, several right answers).
+- `calculator`: long sums, and a calculator the policy may call (tool use).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 
 from minirlhf.data import Evaluation
 from minirlhf.errors import UserError
+from minirlhf.sampling import Tool
 
 RewardFn = Callable[..., Sequence[float]]  # reward_fn(prompts, completions, **columns) -> one float each
 REWARD_ARGUMENTS = ("prompts", "completions")  # a reward's own arguments: no prompt column may take their names
@@ -50,6 +52,9 @@ class Task:
     # the knobs a shipped task was made with, NAME=VALUE each (`registry.TASK_OPTIONS`): a run records them beside
     # the name, so that the name rebuilds this task on resume; () for a task at its defaults or without knobs
     options: tuple[str, ...] = ()
+    # an environment the policy may call mid-answer (`sampling.Tool`): sampling feeds it each call and appends its
+    # answer, which the policy reads but is never trained on; None = none
+    tool: Tool | None = None
 
 
 class WeightedReward:

@@ -19,19 +19,21 @@ from typing import Any
 from minirlhf.checks import parse_bool
 from minirlhf.data import Evaluation, PreferenceData, PreferencePair, SFTData, preference_data
 from minirlhf.errors import UserError, raised_at
-from minirlhf.tasks import Task, arithmetic, lab, sentiment
+from minirlhf.tasks import Task, arithmetic, calculator, lab, sentiment
 from minirlhf.tasks.custom import load_object, located_prompt_rows, prompts_task
 
 DEFAULT_TASK = "arithmetic"  # what an online run or SFT learns from when its config names no task and no prompts
 TASKS: dict[str, Callable[[], Task]] = {
     "arithmetic": arithmetic.task, sentiment.VADER_TASK: sentiment.vader_task, "lab": lab.task,
+    "calculator": calculator.task,
 }
 # tasks a name cannot rebuild (their reward is a model): a run that learned from one resumes given the Task again
 MADE_IN_PYTHON = {sentiment.LEARNED_REWARD_TASK: "minirlhf.tasks.sentiment.sentiment_task(reward_model)"}
 # the shipped tasks with knobs: each --task-option NAME=VALUE sets a field of this config class, made by the task's
-# function as its one argument
-TASK_OPTIONS: dict[str, type] = {"lab": lab.LabConfig}  # each with .options(): its moved knobs as NAME=VALUE
-SFT_DATA: dict[str, Callable[[], SFTData]] = {"arithmetic": arithmetic.sft_data, "lab": lab.sft_data}
+# function as its one argument; each class has .options(): its moved knobs as NAME=VALUE
+TASK_OPTIONS: dict[str, type] = {"lab": lab.LabConfig, "calculator": calculator.CalculatorConfig}
+SFT_DATA: dict[str, Callable[[], SFTData]] = {"arithmetic": arithmetic.sft_data, "lab": lab.sft_data,
+                                              "calculator": calculator.sft_data}
 # a shipped pair set -> its sampling evaluation (model, tokenizer, ref_model=, n_prompts=, ...) -> dict (DPO)
 PAIR_EVALUATIONS: dict[str, Evaluation] = {"sentiment": sentiment.evaluate_sentiment}
 

@@ -71,9 +71,10 @@ class OnlineConfig(TrainConfig):
     debug: bool = False  # live diagnostics every step (minirlhf.diagnostics): "debug/..." metrics and warnings
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
     # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped task
-    # (arithmetic; sentiment: VADER is the reward; lab: the lab's task family) or a module:function / path.py:function
-    # of yours that returns a Task; None = arithmetic, unless prompts are given
-    task: str | None = with_metavar(None, "arithmetic|sentiment|lab|module:function|path.py:function")
+    # (arithmetic; sentiment: VADER is the reward; lab: the lab's task family; calculator: long sums with a calculator
+    # to call) or a module:function / path.py:function of yours that returns a Task; None = arithmetic, unless prompts
+    # are given
+    task: str | None = with_metavar(None, "arithmetic|sentiment|lab|calculator|module:function|path.py:function")
     # a shipped task's knobs, NAME=VALUE each (the lab's: mix=0.25,0.5,0.25 filler=true max_new_tokens=40
     # tolerance=0, as in minirlhf.tasks.lab.LabConfig); config.json keeps them, and a resume refuses other ones
     task_option: list[str] | None = with_metavar(None, "NAME=VALUE")
@@ -243,6 +244,9 @@ def online_run(
     the modules the update runs through, the held-out evaluation: `held_out_metrics` of task.evaluate, and
     eval/kl_ref: `kl_to_reference`)."""
     task, config = online_task(task, config)
+    if task.tool is not None and value_head:  # GAE's chain of V(s_t) would break at every token the tool appended
+        raise ValueError(f"task {task.name!r} brings a tool, which PPO does not support (its GAE runs over the "
+                         "policy's tokens of a row without gaps); train it with GRPO or REINFORCE")
     runtime, config = begin(config)
     sampling_autocast(runtime, config.sampling_precision)  # fp16 on CPU refused before a model is loaded
     generator = torch.Generator().manual_seed(config.seed)
@@ -292,7 +296,7 @@ def kl_to_reference(
             model, tokenizer, prompts, group_size=2,
             max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
-            generator=torch.Generator().manual_seed(config.seed + 1), decoder=config.decoder,
+            generator=torch.Generator().manual_seed(config.seed + 1), decoder=config.decoder, tool=task.tool,
         )
         P = rollout.prompt_length
         ref_logp = response_logprobs(ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
@@ -375,6 +379,7 @@ def collect(
             max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
             batch_rows=runtime.sampling_rows(len(prompts) * config.group_size), decoder=config.decoder,
+            tool=task.tool,
         )
     device = rollout.input_ids.device
     columns = {name: [v for v in values for _ in range(config.group_size)] for name, values in columns.items()}
