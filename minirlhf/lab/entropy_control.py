@@ -16,7 +16,9 @@ The batch is reused for 4 updates (2 epochs × 2 minibatches), so the ratio leav
 something to hold (on a batch's first update it is 0, and so is its gradient). Held-out accuracy after training says
 what the entropy kept cost: the controls must not buy it with the task.
 
-Measured (benchmarks/README.md): plain GRPO's entropy falls in 40 steps, and each control ends above it.
+Measured (benchmarks/README.md, seeds 0-4): plain GRPO's entropy falls in every seed and each control ends above it
+(the bonus by 0.0002 in seed 4), but the bonus (seed 2) and Clip-Cov (seed 3) cost more held-out accuracy than the
+criterion allows, so it does not show; KL-Cov alone meets it in every seed.
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ def plot(ax, seeds: list[dict]) -> None:
     lines = [(arm, "entropy", color, "-", arm) for arm, color in
              ((PLAIN, "C3"), (BONUS, "C0"), (CLIP_COV, "C2"), (KL_COV, "C1"))]
     plot_curves(ax, seeds, lines, window=5, ylabel="entropy (nats per token)",
-                title="(3) GRPO's entropy falls; the controls hold it")
+                title="(3) seven right answers: entropy under GRPO and three controls")
 
 
 EFFECT = Effect(
