@@ -12,39 +12,21 @@ benchmarks/results/distill_vs_grpo.json (per method and seed: samples, accuracie
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import time
 from pathlib import Path
 
-from minirlhf.models import load_model
-from minirlhf.tasks import lab
-from minirlhf.trainers.distill import DistillConfig, train_distill
-from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+from minirlhf.lab.distillation import DISTILL, GRPO, run_arm, settings, teacher_accuracy
 
 RESULTS = Path(__file__).resolve().parent / "results" / "distill_vs_grpo.json"
-LAB = lab.LabConfig(mix=(1, 0, 0))  # the easy sums only
-
-
-def held_out(model, tokenizer) -> dict[str, float]:
-    return lab.lab_metrics(model, tokenizer, LAB, per_kind=200, kinds=("easy",))
+ARMS = settings(quick=False)["arms"]  # distillation: 32 prompts x 1 answer, lr 1e-3; GRPO: 8 prompts x a group of 4
 
 
 def run(method: str, seed: int, steps: int, eval_every: int, grpo_lr: float) -> dict:
-    """One run: accuracy/easy at each evaluation, against the answers sampled before it."""
-    task = dataclasses.replace(lab.task(LAB), evaluate=held_out)
-    common = dict(device="cpu", steps=steps, eval_every=eval_every, seed=seed, progress=False, task="lab",
-                  task_option=["mix=1,0,0"])
-    start = time.process_time()
-    if method == "distill":  # 32 prompts x 1 answer: every answer is scored per token, no group needed
-        history = train_distill(task, DistillConfig(**common, jsd_beta=1.0, lr=1e-3, prompts_per_step=32,
-                                                    group_size=1))[2]
-    else:  # 8 prompts x 4 answers: the group is GRPO's baseline
-        history = train_grpo(task, GRPOConfig(**common, model="tiny-sft", lr=grpo_lr, prompts_per_step=8,
-                                              group_size=4))[2]
-    rows = [row for row in history if "eval/accuracy/easy" in row]
-    return {"method": method, "seed": seed, "samples": [row["step"] * 32 for row in rows],
-            "accuracy": [row["eval/accuracy/easy"] for row in rows], "cpu_s": time.process_time() - start}
+    """One arm of the lab's effect (2) (`minirlhf.lab.distillation`), GRPO at `grpo_lr`: accuracy/easy at each
+    evaluation, against the answers sampled before it."""
+    arm = DISTILL if method == "distill" else GRPO
+    fields = ARMS[arm] | ({"lr": grpo_lr} if arm == GRPO else {})
+    return {"method": method, "seed": seed} | run_arm(arm, seed, steps, eval_every, **fields)
 
 
 def main() -> None:
@@ -56,8 +38,7 @@ def main() -> None:
     parser.add_argument("--methods", default="distill,grpo")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
-    teacher, tokenizer = load_model("tiny-lab", device="cpu")
-    results = {"teacher_accuracy": held_out(teacher, tokenizer)["accuracy/easy"], "settings": vars(args) | {
+    results = {"teacher_accuracy": teacher_accuracy(200), "settings": vars(args) | {
         "out": str(args.out)}, "runs": []}
     for method in args.methods.split(","):
         for seed in (int(s) for s in args.seeds.split(",")):

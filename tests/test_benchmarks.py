@@ -126,9 +126,10 @@ def test_phenomena_quick(tmp_path):
         assert effect["criterion"] and isinstance(effect["shows"], bool), key
         (seed,) = effect["seeds"]
         assert seed["wall_s"] > 0 and len(seed["load_before"]) == 3 and isinstance(seed["holds"], bool), key
-        # (a) and (c) run on lab models of their own, (e) on the review model, (g) on arithmetic, (h) on long sums:
-        # their settings name their own model (and task)
-        own = {"a": "tiny-lab-long-wrong", "c": "tiny-lab-chain", "e": "tiny", "g": "tiny-sft", "h": "tiny-calculator"}
+        # (a) and (c) run on lab models of their own, (e) on the review model, (g) on arithmetic, (h) on long sums,
+        # (2) distils into the arithmetic model: their settings name their own model (and task)
+        own = {"a": "tiny-lab-long-wrong", "c": "tiny-lab-chain", "e": "tiny", "g": "tiny-sft", "h": "tiny-calculator",
+               "2": "tiny-sft"}
         assert effect["settings"]["model"] == own.get(key, "tiny-lab"), key
     lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]
     assert len(lengths["wrong_length"]) == report["effects"]["a"]["settings"]["grpo"]["steps"]  # one entry a step
@@ -143,6 +144,15 @@ def test_phenomena_quick(tmp_path):
     assert dead["GRPO"]["answers_sampled"] == grpo["steps"] * grpo["prompts_per_step"] * grpo["group_size"]
     assert dead["dynamic sampling"]["answers_sampled"] >= dead["GRPO"]["answers_sampled"]
     assert all(kept <= grpo["prompts_per_step"] for kept in dead["GRPO-drop"]["groups_kept"])
+    distill = report["effects"]["2"]["seeds"][0]["arms"]
+    assert distill["distillation"]["samples"] == distill["GRPO"]["samples"]  # the same answers sampled per step
+    assert 0.0 <= distill["teacher"]["final_accuracy"] <= 1.0
+    control = report["effects"]["3"]["seeds"][0]["arms"]
+    assert all(0.0 < control[arm]["mean_cov_frac"] <= 1.0 for arm in ("Clip-Cov", "KL-Cov"))
+    for when in ("before", "after"):  # pass@k never falls with k: more answers, more chances
+        passes = report["effects"]["5"]["seeds"][0]["arms"][when]
+        curve = [passes[f"pass@{k}"] for k in report["effects"]["5"]["settings"]["pass_at_k"]["ks"]]
+        assert curve == sorted(curve) and 0.0 <= curve[0] <= curve[-1] <= 1.0, when
     assert "shows=" in stdout
 
 

@@ -15,6 +15,12 @@ the criterion holds on all of them (and on what the effect checks across seeds).
     (h) tool_use       with a calculator in the loop GRPO learns to call it, and beats GRPO without it
                        (on long sums from tiny-calculator: minirlhf.tasks.calculator)
 
+Issue 35's toolbox, keyed by its item numbers:
+
+    (2) distillation    on-policy distillation beats GRPO's 0/1 reward per sampled answer   (tiny-sft, from tiny-lab)
+    (3) entropy_control GRPO's entropy falls as it learns; a bonus, Clip-Cov, KL-Cov hold it
+    (5) sharpening      GRPO raises pass@1 more than pass@16 on held-out problems           -> notebook 09a
+
     from minirlhf.lab import EFFECTS, run_effect
     report = run_effect("a", seeds=[0, 1, 2], quick=True)     # what benchmarks/phenomena.py runs, per effect
     report["shows"], report["effect_size"]
@@ -31,16 +37,20 @@ import time
 
 from minirlhf.lab.dead_groups import EFFECT as DEAD_GROUPS
 from minirlhf.lab.displacement import EFFECT as DISPLACEMENT
+from minirlhf.lab.distillation import EFFECT as DISTILLATION
 from minirlhf.lab.effect import MODEL, Effect
 from minirlhf.lab.entropy_clip import EFFECT as ENTROPY_CLIP
+from minirlhf.lab.entropy_control import EFFECT as ENTROPY_CONTROL
 from minirlhf.lab.length_bias import EFFECT as LENGTH_BIAS
 from minirlhf.lab.no_clip import EFFECT as NO_CLIP
 from minirlhf.lab.overoptimisation import EFFECT as OVEROPTIMISATION
+from minirlhf.lab.sharpening import EFFECT as SHARPENING
 from minirlhf.lab.tool_use import EFFECT as TOOL_USE
 from minirlhf.lab.truncation import EFFECT as TRUNCATION
 
 EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "c": TRUNCATION, "d": DEAD_GROUPS,
-                               "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP, "h": TOOL_USE}
+                               "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP, "h": TOOL_USE,
+                               "2": DISTILLATION, "3": ENTROPY_CONTROL, "5": SHARPENING}
 
 __all__ = ["EFFECTS", "MODEL", "Effect", "run_effect", "run_seed"]
 
