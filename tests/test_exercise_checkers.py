@@ -1149,6 +1149,8 @@ SEQUENCE_MASK_WRONG = [
      * _clip_objective(lp, old, a, eps)),
     ("the sampler in the clip", lambda lp, old, mu, a, m, eps, c: _clip_objective(lp, mu, a, eps) * m),
     ("no correction", lambda lp, old, mu, a, m, eps, c: _clip_objective(lp, old, a, eps) * m),
+    ("no clip", lambda lp, old, mu, a, m, eps, c: _masked_answers(_answer_rho(old, mu, m), c, m)
+     * (lp - old).exp() * a[:, None]),
     ("weight not detached",
      lambda lp, old, mu, a, m, eps, c: ((old - mu) * m).sum(1, keepdim=True).exp() * (_answer_rho(old, mu, m) <= c)
      * m * _clip_objective(lp, old, a, eps)),
@@ -1174,6 +1176,13 @@ def _sequence_mask_by_log_rho(logp, old_logp, behaviour_logp, advantages, mask, 
     return weight * surrogate * advantages[:, None] * mask
 
 
-@pytest.mark.parametrize("fn", [_sequence_mask_by_log_rho, exercises.EXERCISES["sequence-mask"].solution_fn])
+def _sequence_mask_old_detached(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
+    old_logp, behaviour_logp = old_logp.detach(), behaviour_logp.detach()  # p_θold and μ are fixed in the step
+    return _masked_answers(_answer_rho(old_logp, behaviour_logp, mask), cap, mask) * _clip_objective(
+        logp, old_logp, advantages, eps)
+
+
+@pytest.mark.parametrize("fn", [_sequence_mask_by_log_rho, _sequence_mask_old_detached,
+                                exercises.EXERCISES["sequence-mask"].solution_fn])
 def test_a_correct_sequence_mask_written_otherwise_passes(fn, capsys):
     assert exercises.check_function("sequence-mask", fn) is True, capsys.readouterr().out

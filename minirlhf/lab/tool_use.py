@@ -1,7 +1,7 @@
 """(h) Tool use: with a calculator in the loop, GRPO learns to call it, and beats the same GRPO without it.
 
 The task is long sums (`minirlhf.tasks.calculator`: two 4-5 digit numbers), from `tiny-calculator`, which answers
-in its head (almost never right) or writes a call "[a+b]" (about half the time), as its SFT demonstrations did. Two
+in its head (almost never right) or writes a call "[a+b]" (64 % of held-out answers), as its SFT demonstrations did. Two
 arms, the same model, steps and verifier:
 
     tool     the environment answers each call: "[12345+67890]" is followed by "=80235", which the policy reads but is
@@ -16,12 +16,13 @@ held-out accuracy after training, each arm sampled as it trained (with and witho
 from __future__ import annotations
 
 import dataclasses
+import statistics
 
-from minirlhf.lab.effect import RUN, Effect, differences
+from minirlhf.lab.effect import RUN, Effect
 from minirlhf.lab.observe import column, plot_curves
 
 TOOL, PLAIN = "tool", "plain"
-MARGIN = 0.2  # the held-out accuracy gap asked for: over 4 standard errors of a difference on 200 problems
+MARGIN = 0.2  # the tool arm's held-out gain asked for: over 4 standard errors of a difference on 200 problems
 RISE = 0.1  # the rise in the tool arm's held-out share of calls asked for: RL learned to call
 
 
@@ -74,9 +75,19 @@ def run_seed(seed: int, settings: dict) -> dict:
 
 
 def holds(arms: dict) -> bool:
+    """The tool arm gains by learning (its own start is the baseline: the model already scores 0.51 with the
+    calculator and 0.00 without it before any step, so "above the plain arm" alone would hold untrained)."""
     tool = arms[TOOL]
-    return (tool["final_accuracy"] > arms[PLAIN]["final_accuracy"] + MARGIN
-            and tool["final_accuracy"] > tool["start_accuracy"] and tool["final_calls"] > tool["start_calls"] + RISE)
+    return (tool["final_accuracy"] > tool["start_accuracy"] + MARGIN
+            and tool["final_accuracy"] > arms[PLAIN]["final_accuracy"]
+            and tool["final_calls"] > tool["start_calls"] + RISE)
+
+
+def gains(seeds: list[dict]) -> dict:
+    """The tool arm's held-out accuracy after training minus before, per seed: mean and range."""
+    gained = [s["arms"][TOOL]["final_accuracy"] - s["arms"][TOOL]["start_accuracy"] for s in seeds]
+    return {"size": "held-out accuracy of the tool arm, after training minus before",
+            "mean": statistics.fmean(gained), "range": [min(gained), max(gained)]}
 
 
 def plot(ax, seeds: list[dict]) -> None:
@@ -88,9 +99,9 @@ def plot(ax, seeds: list[dict]) -> None:
 
 EFFECT = Effect(
     title="with a calculator in the loop, GRPO learns to call it and beats the same GRPO without it",
-    criterion=f"held-out accuracy on long sums after training: the tool arm exceeds the plain arm by more than "
-              f"{MARGIN}, and its own start; its share of answers that call rises by more than {RISE}",
+    criterion=f"held-out accuracy on long sums: the tool arm's rises above its own start by more than {MARGIN} and "
+              f"ends above the plain arm's; its share of answers that call rises by more than {RISE}",
     notebook="none yet",
     settings=settings, run_seed=run_seed, holds=holds,
-    across=lambda seeds: differences(seeds, "final_accuracy", TOOL, PLAIN, "held-out accuracy, tool minus plain"),
+    across=gains,
     plot=plot)

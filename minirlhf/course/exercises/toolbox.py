@@ -243,6 +243,11 @@ def _weight_inside_the_clip(logp, old_logp, behaviour_logp, advantages, mask, ep
     return torch.where(mask.bool(), torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A), 0.0)
 
 
+def _not_clipped(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
+    weight = _answer_weight(old_logp - behaviour_logp, mask, cap)
+    return torch.where(mask.bool(), weight * torch.exp(logp - old_logp) * advantages[:, None], 0.0)
+
+
 def _uncorrected(logp, old_logp, behaviour_logp, advantages, mask, eps, cap):
     return torch.where(mask.bool(), _clipped(logp, old_logp, advantages, eps), 0.0)
 
@@ -272,6 +277,9 @@ SEQUENCE_MASK = Exercise(
                 "your clip sees p_θ / μ, one ratio for both jobs: that treats the sampler as p_θold. Keep the three "
                 "apart: the clip sees r = p_θ / p_θold, and the weight ρ_i = Π_t p_θold / μ multiplies the clipped "
                 "term."),
+        Mistake("no clip", _not_clipped,
+                "your weight multiplies r Â alone: PPO's clip is gone. The corrected objective keeps it, "
+                "w · min(r Â, clip(r, 1 - ε, 1 + ε) Â), with r = p_θ / p_θold."),
         Mistake("the weight inside the clip", _weight_inside_the_clip,
                 "your weight multiplies the ratio inside the min and the clip: ρ is a weight on the token's whole "
                 "objective, w · min(r Â, clip(r, 1 - ε, 1 + ε) Â), and the clip sees r = p_θ / p_θold alone."),
@@ -294,7 +302,9 @@ SEQUENCE_MASK = Exercise(
                 "a kept answer weighs 1 in your version: it weighs ρ_i itself (the mask only drops answers above "
                 "C), w = ρ_i · 1[ρ_i ≤ C]."),
     ),
-    grad_inputs=("logp", "old_logp", "behaviour_logp"),
+    # p_θold is fixed in the step (sampled without a gradient): a solution may detach it or not; a weight that is
+    # not detached still shows, as a gradient into behaviour_logp
+    grad_inputs=("logp", "behaviour_logp"),
 )
 
 EXERCISES = [CISPO, SEQUENCE_MASK]
