@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25  # the slowest tests, printed: where CI's time goes
 
 notebooks: $(STAMP)
 	$(VENV)/bin/jupyter lab notebooks/
