@@ -165,6 +165,14 @@ def test_the_command_line_trains_without_the_calculator_and_bad_knobs_and_ppo_ar
         train_ppo(None, PPOConfig(**QUIET, model="tiny-calculator", task="calculator", steps=1))
 
 
+@needs_model
+@pytest.mark.parametrize("budget", [1, 16, calculator.MAX_NEW_TOKENS - 1])
+def test_a_budget_that_would_cut_a_calls_answer_short_is_refused_before_training(budget):
+    with pytest.raises(ValueError, match=rf"GRPOConfig\.max_new_tokens \({budget}\) is below task 'calculator'"):
+        train_grpo(None, GRPOConfig(**QUIET, model="tiny-calculator", task="calculator", steps=1,
+                                    max_new_tokens=budget))
+
+
 def test_train_and_test_sums_are_apart_and_long():
     rng = random.Random(0)
     train, test = set(calculator.draw_prompts("train", 500, rng)), set(calculator.draw_prompts("test", 200, rng))

@@ -247,6 +247,11 @@ def online_run(
     if task.tool is not None and value_head:  # GAE's chain of V(s_t) would break at every token the tool appended
         raise ValueError(f"task {task.name!r} brings a tool, which PPO does not support (its GAE runs over the "
                          "policy's tokens of a row without gaps); train it with GRPO or REINFORCE")
+    if task.tool is not None and config.max_new_tokens is not None and config.max_new_tokens < task.max_new_tokens:
+        # a budget below the task's cuts a call's answer short: a half-written result would be scored as the policy's
+        raise ValueError(f"{type(config).__name__}.max_new_tokens ({config.max_new_tokens}) is below task "
+                         f"{task.name!r}'s budget of {task.max_new_tokens} tokens, which a tool call and its result "
+                         f"need: raise it, or leave it unset")
     runtime, config = begin(config)
     sampling_autocast(runtime, config.sampling_precision)  # fp16 on CPU refused before a model is loaded
     generator = torch.Generator().manual_seed(config.seed)
