@@ -1,4 +1,4 @@
-"""Helpers for the tests that tamper with checkpoints."""
+"""Helpers for the tests that tamper with checkpoints or interrupt a run."""
 
 from __future__ import annotations
 
@@ -15,3 +15,15 @@ def restamp_checkpoint(folder: Path) -> None:
     state = json.loads((folder / STATE_FILE).read_text())
     state["files"] = file_digests(folder)
     (folder / STATE_FILE).write_text(json.dumps(state))
+
+
+class Interrupt(Exception):
+    """Stops a run after it logged a step, as a kill would."""
+
+
+def stop_after(step: int):
+    """A trainer callback that raises Interrupt once the history's last row is `step`."""
+    def callback(history):
+        if history[-1]["step"] == step:
+            raise Interrupt
+    return callback

@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from _checkpoints import Interrupt, stop_after
 from hypothesis import given
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -59,16 +60,6 @@ def test_the_optimizer_steps_with_the_scheduled_rate():
     assert history.column("lr")[1] == pytest.approx([scheduled_lr(t, 6, 2e-3, "linear", 2) for t in range(6)])
 
 
-class Interrupt(Exception):
-    """Stops a run after it logged a step, as a kill would."""
-
-
-def _stop_after(step: int):
-    def callback(history):
-        if history[-1]["step"] == step:
-            raise Interrupt
-    return callback
-
 
 def _final_weights(out) -> dict[str, torch.Tensor]:
     return load_file(list_checkpoints(out)[-1] / "model.safetensors")
@@ -92,7 +83,7 @@ def test_a_resumed_run_continues_the_schedule_and_beta_bit_identically(method, t
     full = config_cls(**settings, steps=5, save_every=2, out_dir=str(tmp_path / "full"))
     expected = run(full)
     with pytest.raises(Interrupt):
-        run(config_cls(**settings, steps=5, save_every=2, out_dir=str(tmp_path / "resumed")), [_stop_after(2)])
+        run(config_cls(**settings, steps=5, save_every=2, out_dir=str(tmp_path / "resumed")), [stop_after(2)])
     resumed = run(config_cls(**settings, steps=5, save_every=2, resume=str(tmp_path / "resumed")))
     assert resumed == expected
     assert len(set(expected.column("lr")[1])) > 2  # the lr did change

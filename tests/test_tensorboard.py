@@ -8,6 +8,7 @@ import importlib.util
 import json
 
 import pytest
+from _checkpoints import Interrupt, stop_after
 
 from minirlhf.errors import UserError
 from minirlhf.tasks import arithmetic
@@ -48,22 +49,12 @@ def test_tensorboard_holds_every_metric_of_metrics_jsonl(tmp_path):
         assert [v for _, v in read[tag]] == pytest.approx([v for _, v in points], rel=1e-6), tag
 
 
-class Interrupt(Exception):
-    pass
-
-
-def _stop_after(step: int):
-    def callback(history):
-        if history[-1]["step"] == step:
-            raise Interrupt
-    return callback
-
 
 def test_a_resumed_run_leaves_each_step_once_in_tensorboard(tmp_path):
     pytest.importorskip("tensorboard")
     config = dict(SETTINGS, steps=5, save_every=2, eval_every=0)
     with pytest.raises(Interrupt):  # killed after logging step 2; its checkpoint is at step 2
-        train_sft(EXAMPLES, SFTConfig(**config, out_dir=str(tmp_path)), callbacks=[_stop_after(2)])
+        train_sft(EXAMPLES, SFTConfig(**config, out_dir=str(tmp_path)), callbacks=[stop_after(2)])
     assert [s for s, _ in _scalars(tmp_path)["loss"]] == [0, 1, 2]  # step 2 is in TensorBoard, not in the checkpoint
     train_sft(EXAMPLES, SFTConfig(**config, resume=str(tmp_path)))
     read = _scalars(tmp_path)

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import torch
+from _checkpoints import Interrupt, stop_after
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file
@@ -119,16 +120,6 @@ def test_the_calculator_model_calls_sometimes_and_its_calls_pay():
     assert with_tool["accuracy"] >= without["accuracy"] + 0.1, (with_tool, without)
 
 
-class Interrupt(Exception):
-    """Stops a run after it logged a step, as a kill would."""
-
-
-def _stop_after(step: int):
-    def callback(history):
-        if history[-1]["step"] == step:
-            raise Interrupt
-    return callback
-
 
 @needs_model
 def test_grpo_with_the_calculator_resumes_bit_identically(tmp_path):
@@ -140,7 +131,7 @@ def test_grpo_with_the_calculator_resumes_bit_identically(tmp_path):
 
     expected = run(out_dir=str(tmp_path / "full"))
     with pytest.raises(Interrupt):
-        run([_stop_after(2)], out_dir=str(tmp_path / "resumed"))
+        run([stop_after(2)], out_dir=str(tmp_path / "resumed"))
     resumed = run(resume=str(tmp_path / "resumed"))
     assert resumed == expected
     a, b = (load_file(list_checkpoints(tmp_path / name)[-1] / "model.safetensors") for name in ("full", "resumed"))
