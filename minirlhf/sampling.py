@@ -171,8 +171,9 @@ def sample(
                 probs = filtered.softmax(-1)
                 next_token = (probs / _exponential_noise(total, probs, generator)[rows]).argmax(-1)
             next_token = torch.where(alive, next_token, torch.full_like(next_token, pad_id))
-            for row in (i for i in range(B) if pending[i]):  # the tool is speaking: its token, not the policy's
-                next_token[row], from_tool[row, t] = pending[row].pop(0), True
+            if tool is not None:  # (no tool: no per-row loop on the sampling hot path)
+                for row in (i for i in range(B) if pending[i]):  # the tool is speaking: its token, not the policy's
+                    next_token[row], from_tool[row, t] = pending[row].pop(0), True
             policy = alive & ~from_tool[:, t]
             tokens[:, t] = next_token
             token_logp[:, t] = torch.where(policy, logprobs_from_logits(logits, next_token, temperature), 0.0)
