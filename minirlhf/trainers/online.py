@@ -247,7 +247,7 @@ def online_run(
     if task.tool is not None and value_head:  # GAE's chain of V(s_t) would break at every token the tool appended
         raise ValueError(f"task {task.name!r} brings a tool, which PPO does not support (its GAE runs over the "
                          "policy's tokens of a row without gaps); train it with GRPO or REINFORCE")
-    if task.tool is not None and config.max_new_tokens is not None and config.max_new_tokens < task.max_new_tokens:
+    if task.tool is not None and response_budget(task, config) < task.max_new_tokens:
         # a budget below the task's cuts a call's answer short: a half-written result would be scored as the policy's
         raise ValueError(f"{type(config).__name__}.max_new_tokens ({config.max_new_tokens}) is below task "
                          f"{task.name!r}'s budget of {task.max_new_tokens} tokens, which a tool call and its result "
@@ -260,6 +260,11 @@ def online_run(
     return OnlineRun(task, config, runtime, model, tokenizer, ref, rng, generator, callbacks, value_head)
 
 
+def response_budget(task: Task, config: OnlineConfig) -> int:
+    """The run's response budget: config.max_new_tokens when set, else the task's own."""
+    return task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+
+
 OVERLONG = "overlong"  # the name of the soft overlong penalty's reward term (reward/overlong in the metrics)
 
 
@@ -267,7 +272,7 @@ def with_overlong_penalty(task: Task, config: OnlineConfig, tokenizer: PreTraine
     """The task with DAPO's soft overlong punishment (`tasks.rewards.soft_overlong_punishment`) added to its reward
     as the term "overlong", weighted by config.overlong_weight: L_max = the response budget, L_cache =
     config.overlong_cache; the completion's tokens are counted with `tokenizer`."""
-    budget = task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+    budget = response_budget(task, config)
     if config.overlong_cache > budget:
         raise ValueError(f"{type(config).__name__}.overlong_cache ({config.overlong_cache}) must be at most the "
                          f"response budget ({budget} tokens, task {task.name!r})")
@@ -299,7 +304,7 @@ def kl_to_reference(
     with eval_mode(model), runtime.autocast():
         rollout = sample(
             model, tokenizer, prompts, group_size=2,
-            max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
+            max_new_tokens=response_budget(task, config),
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
             generator=torch.Generator().manual_seed(config.seed + 1), decoder=config.decoder, tool=task.tool,
         )
@@ -318,7 +323,7 @@ def setup_policy(
     The `task`'s prompts (when it lists them) are checked to fit the model's context here, before the first step."""
     model, tokenizer = load_policy(config, model, tokenizer)
     if task is not None and task.prompts:
-        budget = task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens
+        budget = response_budget(task, config)
         check_prompt_room(tokenizer, [prompt for _, prompt in task.prompts], budget, context_size(model),
                           [where for where, _ in task.prompts])
     disable_dropout(model)
@@ -381,7 +386,7 @@ def collect(
     with sampling_autocast(runtime, config.sampling_precision):
         rollout = sample(
             policy, tokenizer, prompts, group_size=config.group_size,
-            max_new_tokens=task.max_new_tokens if config.max_new_tokens is None else config.max_new_tokens,
+            max_new_tokens=response_budget(task, config),
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
             batch_rows=runtime.sampling_rows(len(prompts) * config.group_size), decoder=config.decoder,
             tool=task.tool,
