@@ -203,7 +203,7 @@ def sample(
 
     N = max_new_tokens
     real = torch.arange(N, device=device)[None, :] < lengths[:, None]  # (B, N) up to and including EOS
-    response_mask = real & ~from_tool  # (B, N) the policy's own tokens
+    response_mask = policy_token_mask(lengths, from_tool)  # (B, N) the policy's own tokens
     completions = [
         tokenizer.decode(row[: int(n)][row[: int(n)] != eos_id].tolist()) for row, n in zip(tokens, lengths)
     ]
@@ -219,6 +219,16 @@ def sample(
         ended_with_eos=~alive,
         sampler_logprobs=torch.cat([zeros.float(), sampler_logp], dim=1),
     )
+
+
+def policy_token_mask(lengths: torch.Tensor, from_tool: torch.Tensor) -> torch.Tensor:
+    """(B, N) bool: the tokens the policy sampled, its actions. A row's first `lengths` tokens (EOS included, the
+    tool's tokens counted) are real; of those, the ones a tool appended (`from_tool`, (B, N) bool) are context.
+
+        m_t = 1[t < length] · (1 - tool_t)
+    """
+    real = torch.arange(from_tool.shape[-1], device=from_tool.device)[None, :] < lengths[:, None]  # (B, N)
+    return real & ~from_tool.bool()
 
 
 def _one_token(tokenizer: PreTrainedTokenizerBase, text: str, name: str) -> int:
