@@ -1186,3 +1186,52 @@ def _sequence_mask_old_detached(logp, old_logp, behaviour_logp, advantages, mask
                                 exercises.EXERCISES["sequence-mask"].solution_fn])
 def test_a_correct_sequence_mask_written_otherwise_passes(fn, capsys):
     assert exercises.check_function("sequence-mask", fn) is True, capsys.readouterr().out
+
+
+# The policy-gradient loss of answers that hold a tool's tokens (notebook 09a): wrong versions students write, refused
+# with the hint of their catalogued mistake, and correct rewrites that pass. Written apart from the catalogue in
+# minirlhf/course/exercises/toolbox.py.
+def _real(lp, n):
+    return torch.arange(lp.shape[1]).expand_as(lp) < n.unsqueeze(1)  # (B, T) the first n tokens of each row
+
+
+def _token_mean(lp, a, m):
+    return -(lp * a.unsqueeze(1) * m).sum() / m.sum()  # padding's logp is finite here, so a product masks it
+
+
+TOOL_USE_WRONG = [
+    ("the tool's tokens in the loss", lambda lp, a, n, tool: _token_mean(lp, a, _real(lp, n))),
+    ("the tool's tokens counted in N", lambda lp, a, n, tool: -(lp * a.unsqueeze(1) * (_real(lp, n) & ~tool)).sum()
+     / _real(lp, n).sum()),
+    ("the tool's tokens counted in N", lambda lp, a, n, tool: _token_mean(lp.masked_fill(tool, 0.0), a, _real(lp, n))),
+    ("EOS dropped", lambda lp, a, n, tool: _token_mean(lp, a, _real(lp, n - 1) & ~tool)),
+    ("one padding token too many", lambda lp, a, n, tool: _token_mean(lp, a, _real(lp, n + 1) & ~tool)),
+    ("only the tool's tokens", lambda lp, a, n, tool: _token_mean(lp, a, _real(lp, n) & tool)),
+    ("a mean per answer first", lambda lp, a, n, tool: -((lp * a.unsqueeze(1) * (_real(lp, n) & ~tool)).sum(1)
+                                                        / (_real(lp, n) & ~tool).sum(1)).mean()),
+    ("sign flipped", lambda lp, a, n, tool: -_token_mean(lp, a, _real(lp, n) & ~tool)),
+]
+
+
+@pytest.mark.parametrize("name, wrong", TOOL_USE_WRONG, ids=[f"{n} {i}" for i, (n, _) in enumerate(TOOL_USE_WRONG)])
+def test_a_students_wrong_tool_use_loss_gets_the_hint_that_names_it(name, wrong, capsys):
+    mistake = next(m for m in exercises.EXERCISES["tool-use-loss"].mistakes if m.name == name)
+    out = _refused("tool-use-loss", wrong, capsys)
+    assert engine.names_mistake(out, mistake), out
+
+
+def _tool_use_by_indexing(logp, advantages, lengths, tool_mask):
+    rows, cols = torch.meshgrid(torch.arange(logp.shape[0]), torch.arange(logp.shape[1]), indexing="ij")
+    mine = (cols < lengths[:, None]) & ~tool_mask  # the policy's tokens, picked by boolean indexing
+    return -(advantages[rows[mine]] * logp[mine]).mean()
+
+
+def _tool_use_from_a_rollout_mask(logp, advantages, lengths, tool_mask):
+    attention = (torch.arange(logp.shape[1])[None, :] < lengths[:, None]).long()  # what Rollout.attention_mask holds
+    response_mask = attention - tool_mask.long()  # Rollout.tool_mask = attention_mask - response_mask, read backwards
+    return losses.reinforce_loss(logp, advantages, response_mask, aggregation="token-mean")
+
+
+@pytest.mark.parametrize("fn", [_tool_use_by_indexing, _tool_use_from_a_rollout_mask])
+def test_a_correct_tool_use_loss_written_otherwise_passes(fn, capsys):
+    assert exercises.check_function("tool-use-loss", fn) is True, capsys.readouterr().out

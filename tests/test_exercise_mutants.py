@@ -1,6 +1,7 @@
 """The checkers name the kind of each mistake: every single-edit wrong version of a worked solution (mutants.py) that
 changes the behaviour is refused with a hint naming its kind, and so are wrong versions written by hand, independently
-of the solutions' source, for the exercises of the zoo (SimPO, ORPO, KTO) and GRPO's loss."""
+of the solutions' source, for the exercises of the zoo (SimPO, ORPO, KTO), GRPO's loss and the loss of answers with
+a tool's tokens."""
 
 from __future__ import annotations
 
@@ -193,6 +194,34 @@ def grpo_in_place(logp, old, ref, adv, mask, eps, beta):
 def grpo_total_sign(*a): return -_grpo(*a)
 
 
+# The policy-gradient loss of answers with a tool's tokens (notebook 09a)
+
+
+def _policy_tokens(logp, lengths, tool_mask):
+    return (torch.arange(logp.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)) & ~tool_mask
+
+
+def tool_loss_over_positions(logp, advantages, lengths, tool_mask):
+    mine = _policy_tokens(logp, lengths, tool_mask)
+    return -torch.where(mine, logp * advantages.unsqueeze(1), torch.zeros_like(logp)).mean()
+
+
+def tool_loss_padding_kept(logp, advantages, lengths, tool_mask):
+    mine = _policy_tokens(logp, lengths, tool_mask)
+    return -(logp * advantages.unsqueeze(1)).sum() / mine.sum()
+
+
+def tool_loss_sign(logp, advantages, lengths, tool_mask):
+    mine = _policy_tokens(logp, lengths, tool_mask)
+    return torch.where(mine, logp * advantages.unsqueeze(1), torch.zeros_like(logp)).sum() / mine.sum()
+
+
+def tool_loss_in_place(logp, advantages, lengths, tool_mask):
+    tool_mask.logical_not_()  # "the policy's tokens", computed by flipping the caller's mask
+    mine = (torch.arange(logp.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)) & tool_mask
+    return -torch.where(mine, logp * advantages.unsqueeze(1), torch.zeros_like(logp)).sum() / mine.sum()
+
+
 INDEPENDENT = [
     ("simpo-loss", "sign flipped", simpo_sign),
     ("simpo-loss", "sign flipped", simpo_margin_sign),
@@ -217,6 +246,10 @@ INDEPENDENT = [
     ("grpo-loss", "detach extra", grpo_detached),
     ("grpo-loss", "wrong axis", grpo_axis),
     ("grpo-loss", "in-place change of an input", grpo_in_place),
+    ("tool-use-loss", "mean over padding", tool_loss_over_positions),
+    ("tool-use-loss", "mask dropped", tool_loss_padding_kept),
+    ("tool-use-loss", "sign flipped", tool_loss_sign),
+    ("tool-use-loss", "in-place change of an input", tool_loss_in_place),
 ]
 
 

@@ -192,6 +192,16 @@ def cispo_objective(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torc
     return weight * advantages * logp  # REINFORCE's Â log p_θ, weighted: every token keeps its gradient
 
 
+def tool_use_loss(logp: torch.Tensor, advantages: torch.Tensor, lengths: torch.Tensor,
+                  tool_mask: torch.Tensor) -> torch.Tensor:
+    """-Σ m Â log p_θ / Σ m over the policy's own tokens: m_t = 1[t < length] (EOS included) and not the tool's."""
+    positions = torch.arange(logp.shape[-1], device=logp.device)  # (T,)
+    real = positions[None, :] < lengths[:, None]  # (B, T) up to and including EOS, the tool's tokens too
+    mask = real & ~tool_mask  # (B, T) the policy's actions: the calculator's tokens are context
+    per_token = torch.where(mask, advantages[:, None] * logp, torch.zeros_like(logp))  # padding's logp is garbage
+    return -per_token.sum() / mask.sum()  # the token mean over the policy's tokens
+
+
 def corrected_objective(logp: torch.Tensor, old_logp: torch.Tensor, behaviour_logp: torch.Tensor,
                         advantages: torch.Tensor, mask: torch.Tensor, eps: float, cap: float) -> torch.Tensor:
     """w_i · min(r_t Â_i, clip(r_t, 1 - ε, 1 + ε) Â_i) per token, to MAXIMISE, 0 on padding: r_t = p_θ / p_θold,

@@ -1,5 +1,6 @@
-"""Exercises of the 2026 toolbox: CISPO's capped importance weight, written as f(r, Â) (notebook 09a); the sampler's
-importance weight p_θold/μ, masked per answer at a cap, on PPO's clipped objective (notebook 09b)."""
+"""Exercises of the 2026 toolbox: CISPO's capped importance weight, written as f(r, Â), and the policy-gradient loss of
+answers that hold a tool's tokens (notebook 09a); the sampler's importance weight p_θold/μ, masked per answer at a
+cap, on PPO's clipped objective (notebook 09b)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import torch
 
 from minirlhf import losses
 from minirlhf.course.exercises.engine import Case, Exercise, Mistake, randn, tensor
+from minirlhf.sampling import policy_token_mask
 
 TOPIC = "toolbox"
 EPS_LOW, EPS_HIGH = 0.2, 0.28  # DAPO's clip-higher edges, the range CISPO's weight is capped to here
@@ -307,4 +309,111 @@ SEQUENCE_MASK = Exercise(
     grad_inputs=("logp", "behaviour_logp"),
 )
 
-EXERCISES = [CISPO, SEQUENCE_MASK]
+
+
+def _tool_use_loss(logp, advantages, lengths, tool_mask):
+    return losses.reinforce_loss(logp, advantages, policy_token_mask(lengths, tool_mask), "token-mean")
+
+
+def _tool_use_cases():
+    # the layout of a rollout's response columns: a row's first `lengths` tokens are real (EOS included, the tool's
+    # tokens counted), the rest padding; logp is what a full forward gives at every column, so the tool's tokens and
+    # the padding hold numbers too (the padding large ones, as garbage may be)
+    T = 10
+    tools = torch.zeros(3, T, dtype=torch.bool)
+    tools[0, 5:7] = True  # "[1+2]" (5 tokens), the calculator's "=3" (2 tokens), EOS: 8 real tokens
+    logp = -randn(3, T, seed=61).abs()
+    logp[:, 8:] = 50.0
+    logp[1, 5:8] = 50.0
+    middle = torch.zeros(3, 8, dtype=torch.bool)
+    middle[0, 2:5] = middle[1, 6:8] = middle[2, 1:3] = True  # a result mid-answer; one that runs to the cap
+    square = torch.zeros(4, 4, dtype=torch.bool)
+    square[0, 1] = square[2, 1:3] = True
+    return [
+        Case("a call, the calculator's 2 tokens and EOS; an answer in the head (5 tokens); a refused call (8), "
+             "padding after each", dict(logp=logp, advantages=tensor([1.0, -0.5, -0.5]),
+                                         lengths=torch.tensor([8, 5, 8]), tool_mask=tools)),
+        Case("the tool's tokens in the middle of an answer; an answer cut off at the cap while the tool spoke; one "
+             "cut off after the policy's token", dict(logp=-randn(3, 8, seed=62).abs(), advantages=randn(3, seed=63),
+                                                      lengths=torch.tensor([7, 8, 8]), tool_mask=middle)),
+        Case("four answers of at most 4 tokens (B = T), random advantages",
+             dict(logp=-randn(4, 4, seed=64).abs(), advantages=tensor([0.5, -1.5, 1.0, 2.0]),
+                  lengths=torch.tensor([3, 4, 4, 1]), tool_mask=square)),
+        Case("no tool: the token-mean REINFORCE loss", dict(logp=-randn(2, 5, seed=65).abs(),
+                                                              advantages=tensor([1.0, -1.0]),
+                                                              lengths=torch.tensor([5, 2]),
+                                                              tool_mask=torch.zeros(2, 5, dtype=torch.bool))),
+    ]
+
+
+def _tool_loss_with(mask_of, count_of=None):
+    """-Σ m Â log p / N with the mask `mask_of(real, tool)` and the count N = Σ `count_of(real, tool, mask)`."""
+    def loss(logp, advantages, lengths, tool_mask):
+        real = torch.arange(logp.shape[-1])[None, :] < lengths[:, None]
+        mask = mask_of(real, tool_mask)
+        count = mask if count_of is None else count_of(real, tool_mask, mask)
+        return -torch.where(mask, advantages[:, None] * logp, 0.0).sum() / count.sum()
+    return loss
+
+
+def _eos_dropped(logp, advantages, lengths, tool_mask):
+    real = torch.arange(logp.shape[-1])[None, :] < (lengths - 1)[:, None]
+    mask = real & ~tool_mask
+    return -torch.where(mask, advantages[:, None] * logp, 0.0).sum() / mask.sum()
+
+
+def _padding_included(logp, advantages, lengths, tool_mask):
+    real = torch.arange(logp.shape[-1])[None, :] <= lengths[:, None]
+    mask = real & ~tool_mask
+    return -torch.where(mask, advantages[:, None] * logp, 0.0).sum() / mask.sum()
+
+
+def _tool_loss_aggregated(aggregation):
+    def loss(logp, advantages, lengths, tool_mask):
+        return losses.reinforce_loss(logp, advantages, policy_token_mask(lengths, tool_mask), aggregation)
+    return loss
+
+
+def _tool_loss_negated(logp, advantages, lengths, tool_mask):
+    return -_tool_use_loss(logp, advantages, lengths, tool_mask)
+
+
+TOOL_USE = Exercise(
+    "tool-use-loss", TOPIC, "tool_use_loss", _tool_use_loss, _tool_use_cases,
+    (
+        Mistake("the tool's tokens in the loss", _tool_loss_with(lambda real, tool: real),
+                "your mask keeps the calculator's tokens: they are context the policy reads, not actions it took. "
+                "Their log p_θ would train the model to predict the calculator. The policy's tokens are the real "
+                "ones less the tool's: (t < length) & ~tool_mask."),
+        Mistake("the tool's tokens counted in N", _tool_loss_with(lambda real, tool: real & ~tool,
+                                                                  lambda real, tool, mask: real),
+                "the sum is right but you divide by every real token, the tool's too (zeroing their log-prob, as "
+                "rollout.logprobs does, leaves them in the count): N is the number of the policy's tokens, so an "
+                "answer's weight does not depend on how long the calculator's reply was."),
+        Mistake("EOS dropped", _eos_dropped,
+                "your mask stops one token early: the first `length` tokens are real, EOS included (t < length, "
+                "t = 0, 1, ...), and EOS is the policy's action \"stop here\", which gets credit and blame too."),
+        Mistake("one padding token too many", _padding_included,
+                "your mask takes one column past the answer (t <= length): the first `length` tokens are real, "
+                "t < length; the next column is padding, whose log-prob is garbage."),
+        Mistake("divided by every position", _tool_loss_with(lambda real, tool: real & ~tool,
+                                                             lambda real, tool, mask: torch.ones_like(mask)),
+                "you divide by B·T, every column: padding and the tool's tokens count in your mean. Divide the "
+                "masked sum by the number of the policy's tokens, mask.sum()."),
+        Mistake("only the tool's tokens", _tool_loss_with(lambda real, tool: real & tool),
+                "your mask keeps the calculator's tokens and drops the policy's: the loss sums over the tokens the "
+                "policy sampled, (t < length) & ~tool_mask."),
+        Mistake("a mean per answer first", _tool_loss_aggregated("seq-mean"),
+                "you average each answer over its tokens and then the answers (seq-mean): this exercise asks for "
+                "the token mean, every policy token of the batch weighing the same, Σ m Â log p / Σ m."),
+        Mistake("summed per answer", _tool_loss_aggregated("seq-sum"),
+                "you sum each answer's tokens and average over the answers (seq-sum, REINFORCE's log p_θ(y)): "
+                "this exercise asks for the token mean, Σ m Â log p / Σ m over the batch's policy tokens."),
+        Mistake("sign flipped", _tool_loss_negated,
+                "the sign is flipped: the loss is MINUS the objective, -Σ m Â log p_θ / Σ m, so that gradient "
+                "descent raises the log-prob of answers with Â > 0."),
+    ),
+    grad_inputs=("logp",),
+)
+
+EXERCISES = [CISPO, TOOL_USE, SEQUENCE_MASK]
