@@ -12,7 +12,7 @@ the criterion holds on all of them (and on what the effect checks across seeds).
     (f) displacement   under DPO the chosen answer's log-prob falls; the NLL term (RPO) holds it  -> notebook 05b
     (g) no_clip        PPO without clipping, a batch reused many times, ends below ε = 0.2       -> notebook 03b
                        (on arithmetic from tiny-sft: its settings name their own model and task)
-    (h) tool_use       with a calculator in the loop GRPO learns to call it, and beats GRPO without it
+    (h) tool_use       with a calculator in the loop GRPO learns to call it, and beats GRPO without it  -> notebook 09a
                        (on long sums from tiny-calculator: minirlhf.tasks.calculator)
 
 Issue 35's toolbox, keyed by its item numbers:

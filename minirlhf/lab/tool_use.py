@@ -101,7 +101,7 @@ EFFECT = Effect(
     title="with a calculator in the loop, GRPO learns to call it and beats the same GRPO without it",
     criterion=f"held-out accuracy on long sums: the tool arm's rises above its own start by more than {MARGIN} and "
               f"ends above the plain arm's; its share of answers that call rises by more than {RISE}",
-    notebook="none yet",
+    notebook="09a_toolbox.ipynb",
     settings=settings, run_seed=run_seed, holds=holds,
     across=gains,
     plot=plot)
