@@ -126,10 +126,10 @@ def test_phenomena_quick(tmp_path):
         assert effect["criterion"] and isinstance(effect["shows"], bool), key
         (seed,) = effect["seeds"]
         assert seed["wall_s"] > 0 and len(seed["load_before"]) == 3 and isinstance(seed["holds"], bool), key
-        # (a) and (c) run on lab models of their own, (e) on the review model, (g) on arithmetic, (h) on long sums,
-        # (2) distils into the arithmetic model: their settings name their own model (and task)
-        own = {"a": "tiny-lab-long-wrong", "c": "tiny-lab-chain", "e": "tiny", "g": "tiny-sft", "h": "tiny-calculator",
-               "2": "tiny-sft"}
+        # (a) and (c) run on lab models of their own, (e) and (6) on the review model, (g) on arithmetic, (7) on long
+        # sums, (2) distils into the arithmetic model: their settings name their own model (and task)
+        own = {"a": "tiny-lab-long-wrong", "c": "tiny-lab-chain", "e": "tiny", "g": "tiny-sft", "7": "tiny-calculator",
+               "2": "tiny-sft", "6": "tiny"}
         assert effect["settings"]["model"] == own.get(key, "tiny-lab"), key
     lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]
     assert len(lengths["wrong_length"]) == report["effects"]["a"]["settings"]["grpo"]["steps"]  # one entry a step

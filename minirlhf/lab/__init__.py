@@ -12,14 +12,16 @@ the criterion holds on all of them (and on what the effect checks across seeds).
     (f) displacement   under DPO the chosen answer's log-prob falls; the NLL term (RPO) holds it  -> notebook 05b
     (g) no_clip        PPO without clipping, a batch reused many times, ends below ε = 0.2       -> notebook 03b
                        (on arithmetic from tiny-sft: its settings name their own model and task)
-    (h) tool_use       with a calculator in the loop GRPO learns to call it, and beats GRPO without it  -> notebook 09a
-                       (on long sums from tiny-calculator: minirlhf.tasks.calculator)
 
-Issue 35's toolbox, keyed by its item numbers:
+The toolbox's items, keyed by their numbers (letters are the effects above, digits the toolbox's items):
 
     (2) distillation    on-policy distillation beats GRPO's 0/1 reward per sampled answer   (tiny-sft, from tiny-lab)
     (3) entropy_control GRPO's entropy falls as it learns; a bonus, Clip-Cov, KL-Cov hold it
     (5) sharpening      GRPO raises pass@1 more than pass@16 on held-out problems           -> notebook 09a
+    (6) ensembles       the worst case of four weak reward models keeps the gold one loses  -> notebook 09a
+                        (on the review task, as (e))
+    (7) tool_use        with a calculator in the loop GRPO learns to call it, beats GRPO without -> notebook 09a
+                        (on long sums from tiny-calculator: minirlhf.tasks.calculator)
 
     from minirlhf.lab import EFFECTS, run_effect
     report = run_effect("a", seeds=[0, 1, 2], quick=True)     # what benchmarks/phenomena.py runs, per effect
@@ -39,6 +41,7 @@ from minirlhf.lab.dead_groups import EFFECT as DEAD_GROUPS
 from minirlhf.lab.displacement import EFFECT as DISPLACEMENT
 from minirlhf.lab.distillation import EFFECT as DISTILLATION
 from minirlhf.lab.effect import MODEL, Effect
+from minirlhf.lab.ensembles import EFFECT as ENSEMBLES
 from minirlhf.lab.entropy_clip import EFFECT as ENTROPY_CLIP
 from minirlhf.lab.entropy_control import EFFECT as ENTROPY_CONTROL
 from minirlhf.lab.length_bias import EFFECT as LENGTH_BIAS
@@ -49,8 +52,9 @@ from minirlhf.lab.tool_use import EFFECT as TOOL_USE
 from minirlhf.lab.truncation import EFFECT as TRUNCATION
 
 EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "c": TRUNCATION, "d": DEAD_GROUPS,
-                               "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP, "h": TOOL_USE,
-                               "2": DISTILLATION, "3": ENTROPY_CONTROL, "5": SHARPENING}
+                               "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP,
+                               "2": DISTILLATION, "3": ENTROPY_CONTROL, "5": SHARPENING, "6": ENSEMBLES,
+                               "7": TOOL_USE}
 
 __all__ = ["EFFECTS", "MODEL", "Effect", "run_effect", "run_seed"]
 

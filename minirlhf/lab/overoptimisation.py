@@ -34,6 +34,7 @@ def settings(quick: bool) -> dict:
             "reward_model": {"steps": 2 if quick else 60, "lr": 1e-3, "batch_size": 16},
             "held_out_pairs": 16 if quick else 300,  # of the shipped test pairs: each proxy's accuracy
             "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min"},
+            "arms": ["weak", "strong", "ensemble"],  # the RL runs: one per proxy, and the ensemble of the weak
             "grpo": {"steps": 2 if quick else 80, "lr": 6e-4, "beta": 0.0, "prompts_per_step": 2 if quick else 8,
                      "group_size": 4 if quick else 8, "epochs": 1, "scale": "group"},
             "evaluation": {"every": 1 if quick else 10, "prompts": 4 if quick else 32, "samples": 2 if quick else 4}}
@@ -110,8 +111,8 @@ def rl_run(proxy, settings: dict, seed: int) -> dict:
                         **settings["grpo"])
     _, _, history = train_grpo(task, config)
     steps = [row["step"] for row in history if "eval/gold" in row]
-    return {"steps": steps, "kl": held_out.kl, "proxy": held_out.proxy_mean, "last_texts": held_out.latest} | turn(
-        held_out.gold)
+    return {"steps": steps, "kl": held_out.kl, "proxy": held_out.proxy_mean, "last_texts": held_out.latest,
+            "final_gold_per_opening": held_out.gold[-1]} | turn(held_out.gold)
 
 
 def turn(gold: list[list[float]]) -> dict:
@@ -132,23 +133,26 @@ def _paired_stderr(a: list[float], b: list[float]) -> float:
 
 
 def run_seed(seed: int, settings: dict) -> dict:
+    """Trains the proxies that settings["arms"] name (the ensemble's members are the weak proxy and more like it,
+    drawn on other seeds), each standardised on p_ref's texts, then one GRPO run per arm."""
     from minirlhf.data import load_preference_pairs
     from minirlhf.trainers.reward_model import RewardEnsemble
 
     reference = load_preference_pairs("sentiment", "test")[:128]  # p_ref's texts: each proxy's scale is read there
     texts = ([p.prompt for p in reference] * 2, [p.chosen for p in reference] + [p.rejected for p in reference])
-    proxies, accuracy = {}, {}
-    for name, spec in settings["proxies"].items():
-        model, accuracy[name] = train_proxy(proxy_pairs(spec, seed), seed, settings)
-        proxies[name] = RewardEnsemble([model], rule="mean").standardise(*texts)
     of = settings["ensemble"]["of"]
-    members = [proxies[of].members[0]] + [
-        train_proxy(proxy_pairs(settings["proxies"][of], seed), 1000 * (k + 1) + seed, settings)[0]
-        for k in range(1, settings["ensemble"]["members"])]
-    proxies["ensemble"] = RewardEnsemble(members, rule=settings["ensemble"]["rule"]).standardise(*texts)
+    single = [arm for arm in settings["arms"] if arm != "ensemble"]
+    trained = {name: train_proxy(proxy_pairs(settings["proxies"][name], seed), seed, settings)
+               for name in dict.fromkeys(single + ([of] if "ensemble" in settings["arms"] else []))}
+    proxies = {name: RewardEnsemble([trained[name][0]], rule="mean").standardise(*texts) for name in single}
+    if "ensemble" in settings["arms"]:
+        members = [trained[of][0]] + [
+            train_proxy(proxy_pairs(settings["proxies"][of], seed), 1000 * (k + 1) + seed, settings)[0]
+            for k in range(1, settings["ensemble"]["members"])]
+        proxies["ensemble"] = RewardEnsemble(members, rule=settings["ensemble"]["rule"]).standardise(*texts)
     arms = {name: rl_run(proxy, settings, seed) for name, proxy in proxies.items()}
     for name, figures in arms.items():
-        figures["rm_accuracy"] = accuracy.get(name)
+        figures["rm_accuracy"] = trained[name][1] if name in trained else None
         figures["peak_step"] = figures["steps"][figures["peak"]]
     return arms
 
@@ -180,14 +184,12 @@ def _in_stderrs(figures: dict, change: str) -> float | None:
 COLORS = {"weak": "C3", "strong": "C0", "ensemble": "C2"}
 
 
-def plot(ax, seeds: list[dict]) -> None:
+def plot(ax, seeds: list[dict], title: str = "(e) gold against √KL, GRPO on a learned proxy") -> None:
     for figures in seeds:
-        for arm, color in COLORS.items():
-            curve = figures["arms"][arm]
-            ax.plot([math.sqrt(max(kl, 0.0)) for kl in curve["kl"]], curve["gold"], color=color, alpha=0.8,
+        for arm, curve in figures["arms"].items():
+            ax.plot([math.sqrt(max(kl, 0.0)) for kl in curve["kl"]], curve["gold"], color=COLORS[arm], alpha=0.8,
                     marker=".", label=arm if figures is seeds[0] else None)
-    ax.set(xlabel="√KL(p_θ ‖ p_ref) (√nats)", ylabel="gold: VADER of held-out samples",
-           title="(e) gold against √KL, GRPO on a learned proxy")
+    ax.set(xlabel="√KL(p_θ ‖ p_ref) (√nats)", ylabel="gold: VADER of held-out samples", title=title)
     ax.legend(fontsize=8)
 
 

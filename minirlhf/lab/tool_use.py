@@ -1,4 +1,4 @@
-"""(h) Tool use: with a calculator in the loop, GRPO learns to call it, and beats the same GRPO without it.
+"""(7) Tool use: with a calculator in the loop, GRPO learns to call it, and beats the same GRPO without it.
 
 The task is long sums (`minirlhf.tasks.calculator`: two 4-5 digit numbers), from `tiny-calculator`, which answers
 in its head (almost never right) or writes a call "[a+b]" (64 % of held-out answers), as its SFT demonstrations did. Two
@@ -94,7 +94,7 @@ def plot(ax, seeds: list[dict]) -> None:
     lines = [(arm, key, color, style, f"{arm}, {what}") for arm, color in ((TOOL, "C0"), (PLAIN, "C3"))
              for key, style, what in (("reward", "-", "reward"), ("calls", ":", "share of calls"))]
     plot_curves(ax, seeds, lines, window=5, ylabel="training batch (5-step mean)",
-                title="(h) long sums, with and without the calculator")
+                title="(7) long sums, with and without the calculator")
 
 
 EFFECT = Effect(
