@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from minirlhf.lab import overoptimisation
+import minirlhf.lab.overoptimisation as overoptimisation
 from minirlhf.lab.effect import Effect
 
 ARMS = ["weak", "ensemble"]
