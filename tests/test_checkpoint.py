@@ -49,6 +49,12 @@ def _length_task() -> Task:
     return dataclasses.replace(_quick_task(), reward_fn=lambda p, completions, **_: [len(c) / 4 for c in completions])
 
 
+def _content_task() -> Task:
+    """A reward that differs between the answers of one group, so that GRPO's advantages are not all 0."""
+    return dataclasses.replace(_quick_task(), reward_fn=lambda p, completions, **_: [
+        sum(map(ord, c)) % 5 / 4 for c in completions])
+
+
 PAIRS = load_preference_pairs("sentiment")[:24]
 ONLINE = dict(model="tiny-sft", device="cpu", prompts_per_step=2, group_size=4, max_new_tokens=4, eval_every=2,
               progress=False)
@@ -64,6 +70,10 @@ METHODS = {
     "grpo-sampler-correction": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, top_p=0.9,
                                                  sampling_precision="bf16", behaviour_correction="sequence-mask"),
                                 lambda c: train_grpo(_length_task(), c)[2], ["model"]),
+    # a sampler two steps behind: the stale weights it samples from are in the checkpoint
+    "grpo-sampler-lag": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, sampler_lag=2, lr=5e-3,
+                                          behaviour_correction="token-truncate"),
+                         lambda c: train_grpo(_content_task(), c)[2], ["model"]),
     # Clip-Cov draws its tokens from torch's global generator, and the entropy bonus has a gradient of its own
     "grpo-clip-cov": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, policy_loss="clip-cov", cov_ratio=0.3,
                                        clip_cov_lb=0.01, entropy_coef=0.05),

@@ -266,3 +266,42 @@ def test_sequence_rho_mean_of_a_long_answer_is_logged_finite():
     stats = behaviour_metrics(old, old - 0.5, mask, "sequence-truncate", 3.0)
     assert math.isfinite(stats["sampler/rho_mean"]) and stats["sampler/capped_frac"] == 1.0
     assert behaviour_weight(old, old - 0.5, mask, "sequence-truncate", 3.0).eq(3.0).all()
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+def test_a_lagging_sampler_samples_from_the_weights_of_lag_steps_before(monkeypatch, lag):
+    """sampler_lag = L: step k samples from θ as it was at the start of step max(0, k − L), log p_θold is recomputed
+    with the current weights (so it differs from log μ once θ has moved), and the run logs the gap."""
+    import minirlhf.trainers.online as online
+
+    sampled_with, started_with = [], []
+
+    def flat(model) -> torch.Tensor:
+        return torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+
+    real_sample, real_collect = online.sample, online.OnlineRun.collect
+
+    def spy_sample(model, *args, **kwargs):
+        sampled_with.append(flat(model))
+        return real_sample(model, *args, **kwargs)
+
+    def spy_collect(self):
+        started_with.append(flat(self.model))
+        return real_collect(self)
+
+    monkeypatch.setattr(online, "sample", spy_sample)
+    monkeypatch.setattr(online.OnlineRun, "collect", spy_collect)
+    history = train_grpo(None, GRPOConfig(**(TINY | {"steps": 5, "lr": 1e-2}), sampler_lag=lag))[2]
+    assert len(sampled_with) == len(started_with) == 5
+    for step in range(5):
+        assert torch.equal(sampled_with[step], started_with[max(0, step - lag)]), step
+    assert not torch.equal(started_with[lag], started_with[0])  # θ moved, so the lag is a real mismatch
+    # step 0: μ and p_θold are both the start (equal up to float rounding: a cached decode against one forward);
+    # later, log μ comes from the stale weights and log p_θold from the current ones
+    assert history[0]["sampler/logp_diff"] < 1e-5 < history[-1]["sampler/logp_diff"]
+
+
+@pytest.mark.parametrize("lag", [-1, 9, 1.5])
+def test_a_sampler_lag_out_of_range_is_refused(lag):
+    with pytest.raises(ValueError, match="GRPOConfig.sampler_lag"):
+        GRPOConfig(**TINY, sampler_lag=lag)

@@ -13,7 +13,8 @@ paper's fields together; `policy_loss` puts another objective f(r, Â) of the ra
 (dual-clip, CISPO, SAPO, GMPO: minirlhf.losses.ratio_objectives) or controls entropy on the tokens of largest
 covariance (Clip-Cov, KL-Cov), and `entropy_coef` adds an entropy bonus (minirlhf.losses.entropy);
 `behaviour_correction` weighs each token by the importance weight p_θold/μ of a sampler μ that is not p_θold
-(top-k/top-p, `sampling_precision`), truncated or masked at `behaviour_cap` (TIS, MIS: minirlhf.losses.importance).
+(top-k/top-p, `sampling_precision`, stale weights: `sampler_lag`), truncated or masked at `behaviour_cap` (TIS,
+MIS: minirlhf.losses.importance).
 With the default β = 0 (no KL leash, as in DAPO / Dr. GRPO) the loss needs only p_θ; a frozen p_ref is still kept to
 measure eval/kl_ref at evaluation (`eval_kl`, false = only p_θ in memory). With β > 0 (the GRPO paper's 0.04) p_ref
 is in the loss (plus the reward model when the reward is a learned one).
@@ -133,8 +134,9 @@ class GRPOConfig(OnlineConfig):
     drop_dead_groups: bool = False
     mask_truncated_completions: bool = False  # DAPO's overlong filtering: answers cut at the budget get no loss
     # three policies: weigh each token's objective by ρ = p_θold/μ of the sampler μ (top-k/top-p filtering,
-    # sampling_precision), capped at behaviour_cap: per token or per answer (ρ_i = Π_t ρ_t), truncated (min(ρ, C), TIS)
-    # or masked (0 where ρ > C, MIS; TRL's default is sequence-mask); "none" = no weight (losses.importance)
+    # sampling_precision, sampler_lag), capped at behaviour_cap: per token or per answer (ρ_i = Π_t ρ_t), truncated
+    # (min(ρ, C), TIS) or masked (0 where ρ > C, MIS; TRL's default is sequence-mask); "none" = no weight
+    # (losses.importance)
     behaviour_correction: str = choice("none", BEHAVIOUR_CORRECTIONS)
     behaviour_cap: float = BEHAVIOUR_CAP  # C: the largest importance weight kept (TRL: 3.0)
 

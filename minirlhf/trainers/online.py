@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ from minirlhf.trainers.run import EVAL_PREFIX, Run, begin, held_out_metrics, loa
 from minirlhf.trainers.run.schedule import KL_ERROR_CLIP, adaptive_kl_beta
 
 SAMPLING_PRECISIONS = ("same", "bf16", "fp16")
+MAX_SAMPLER_LAG = 8  # each step of lag keeps one more copy of the weights, in memory and in every checkpoint
 
 
 @dataclass
@@ -60,6 +62,10 @@ class OnlineConfig(TrainConfig):
     # inference engine runs them, while the loss's log p_θold is recomputed at the run's precision: a sampler μ that
     # is not p_θold (minirlhf.losses.importance; fp16 needs CUDA)
     sampling_precision: str = choice("same", SAMPLING_PRECISIONS)
+    # sample each step from the policy as it was this many steps before (asynchronous training: the inference engine
+    # runs a step or two behind the trainer; prime-rl trains one step off-policy by default): a sampler μ that is not
+    # p_θold, whose log p_θold is recomputed with the current weights; the checkpoints keep the stale weights; 0 = off
+    sampler_lag: int = 0
     beta: float = 0.0  # β: weight of the KL(p_θ || p_ref) penalty; 0 = none, p_ref only for eval/kl_ref (eval_kl)
     # KL_target: adapt β after every step so that the batches' KL(p_θ || p_ref) (kl_ref) tends to this many nats
     # per answer (Ziegler et al., 2019: schedule.adaptive_kl_beta; β starts at beta, logged as beta); None = fixed β
@@ -109,6 +115,8 @@ class OnlineConfig(TrainConfig):
                              "controller, which is off (kl_target = None): give kl_target too, or drop it")
         require_non_negative(self, "beta", "overlong_cache", "top_k", "overlong_weight")
         check_interval(f"{type(self).__name__}.top_p", self.top_p, 0.0, 1.0, low_included=False, why="1 = off")
+        check_interval(f"{type(self).__name__}.sampler_lag", self.sampler_lag, 0, MAX_SAMPLER_LAG,
+                       why="0 = on-policy; each step of lag keeps one more copy of the weights")
         for k, weight in enumerate(self.reward_weights or []):
             check_finite(f"{type(self).__name__}.reward_weights[{k}]", weight)
         if self.overlong_weight != 1.0 and not self.overlong_cache:
@@ -136,8 +144,8 @@ class OnlineConfig(TrainConfig):
 
     @property
     def samples_off_policy(self) -> bool:
-        """The sampler μ is not p_θold: it filters (top-k, top-p) or runs in another precision."""
-        return self.top_k > 0 or self.top_p < 1.0 or self.sampling_precision != "same"
+        """The sampler μ is not p_θold: it filters (top-k, top-p), runs in another precision, or lags behind."""
+        return self.top_k > 0 or self.top_p < 1.0 or self.sampling_precision != "same" or self.sampler_lag > 0
 
     @property
     def batch_size(self) -> int:
@@ -170,7 +178,9 @@ class OnlineRun(Run):
                     logp, entropy = policy_logprobs(run.train_model, exp, micro, config.temperature)
 
     `run.beta` is the step's β: config.beta, or the adaptive controller's (config.kl_target), which `log` moves
-    after each step from the batch's kl_ref (`schedule.adaptive_kl_beta`) and keeps in the checkpoints.
+    after each step from the batch's kl_ref (`schedule.adaptive_kl_beta`) and keeps in the checkpoints. Under
+    config.sampler_lag = L, `collect` samples from `run.sampler`, which holds θ as it was L steps before (the start's
+    in the first L steps); `log` keeps the last L + 1 steps' weights, in memory and in the checkpoints.
     """
 
     def __init__(self, task: Task, config: OnlineConfig, runtime: Runtime, model: nn.Module,
@@ -201,6 +211,11 @@ class OnlineRun(Run):
         super().__init__(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
                          evaluate if task.evaluate or eval_ref is not None else None, callbacks, frozen, **modules)
         self.beta = self.loop_state.get("beta", config.beta)  # β_t: the KL coefficient of this step
+        # sampler_lag = L: θ at the start of the last L + 1 steps, oldest first; μ samples from the oldest
+        self.sampler = frozen_copy(model) if config.sampler_lag else None
+        self.past_weights: deque[dict[str, torch.Tensor]] = deque(
+            self.loop_state.get("past_weights") or ([weights_of(model)] if config.sampler_lag else []),
+            maxlen=config.sampler_lag + 1)
 
     def log(self, step: int, metrics: dict[str, Any], **loop_state: Any) -> None:
         """`Run.log`, with the step's β logged (when there is a KL term) and, under the adaptive controller
@@ -212,13 +227,18 @@ class OnlineRun(Run):
             self.beta = adaptive_kl_beta(self.beta, metrics["kl_ref"], self.config.kl_target,
                                          self.config.batch_size, self.config.kl_horizon)
             loop_state |= {"beta": self.beta}
+        if self.sampler is not None:  # the weights the next step starts from join the sampler's window
+            self.past_weights.append(weights_of(self.model))
+            loop_state |= {"past_weights": list(self.past_weights)}
         super().log(step, metrics, **loop_state)
 
     def collect(self) -> Experience:
         """A fresh batch of the step's prompts, sampled (each process its share), scored, with log p_ref, and
-        gathered whole."""
+        gathered whole. Under config.sampler_lag the samples come from the stale weights (`run.sampler`)."""
+        if self.sampler is not None:
+            self.sampler.load_state_dict(self.past_weights[0])
         return collect(self.model, self.tokenizer, self.ref, self.task, self.config, self.rng, self.generator,
-                       self.runtime)
+                       self.runtime, sampler=self.sampler)
 
     def minibatches(self, exp: Experience) -> list[torch.Tensor]:
         """This step's minibatches of rows of `exp` (`minibatches`): shuffled, this process's rows of the batch."""
@@ -376,16 +396,18 @@ def collect(
     rng: random.Random,
     generator: torch.Generator,
     runtime: Runtime | None = None,
+    sampler: nn.Module | None = None,
 ) -> Experience:
     """Sample and score this process's share of the step's prompts (all of them on a single process; groups stay
     whole), then gather the batch whole (`Runtime.gather`). Sampling runs under the autocast of
     config.sampling_precision (the runtime's when "same"; else log p_θold is recomputed under the runtime's), p_ref
-    under the runtime's."""
+    under the runtime's. `sampler`: the model that samples when it is not `policy` (stale weights: log p_θold is
+    then recomputed with `policy`)."""
     runtime = runtime or Runtime(precision="fp32")
     prompts, columns = prompt_columns(runtime.shard(draw_prompts(task, config.prompts_per_step, rng)))
     with sampling_autocast(runtime, config.sampling_precision):
         rollout = sample(
-            policy, tokenizer, prompts, group_size=config.group_size,
+            sampler or policy, tokenizer, prompts, group_size=config.group_size,
             max_new_tokens=response_budget(task, config),
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p, generator=generator,
             batch_rows=runtime.sampling_rows(len(prompts) * config.group_size), decoder=config.decoder,
@@ -401,7 +423,7 @@ def collect(
         rewards = call_reward(task.reward_fn, rollout.prompts, rollout.completions, **columns).to(device)
     P = rollout.prompt_length
     old_logp = rollout.logprobs
-    if config.sampling_precision != "same":  # log p_θold at the run's precision, not the sampler's
+    if config.sampling_precision != "same" or sampler is not None:  # log p_θold of p_θold, not of the sampler
         with runtime.autocast():
             old_logp = response_logprobs(policy, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
                                          config.temperature, prompt_length=P)
@@ -587,3 +609,8 @@ def diagnose(
     if exp.ref_logp is not None:
         metrics |= diagnostics.check_kl_sign(exp.old_logp[rows], exp.ref_logp[rows], exp.mask[rows])
     return metrics
+
+
+def weights_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    """A copy of `model`'s weights as they are now (its state dict, detached and cloned)."""
+    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
