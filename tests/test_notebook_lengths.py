@@ -42,3 +42,24 @@ def test_the_capstone_step_has_its_own_rate():
     row = notebook_lengths.lengths(capstone)
     assert row["capstone step"] == 1
     assert row["study"] >= row["reading"] + notebook_lengths.MINUTES["capstone step"]
+
+
+def _readme_minutes(minutes: float) -> str:
+    """Study minutes as README's table writes them: ~39 min, ~1 h 53."""
+    whole = int(f"{minutes:.0f}")
+    return f"~{whole} min" if whole < 60 else f"~{whole // 60} h {whole % 60:02d}"
+
+
+def test_readme_table_gives_each_notebook_the_reading_and_study_time_the_script_computes():
+    rows = {}
+    for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0][:2].isdigit():
+            rows[cells[0].split()[0]] = (cells[1], cells[2])
+    assert set(rows) == {path.name.split("_")[0] for path in NOTEBOOKS}, "one README row per notebook"
+    for path in NOTEBOOKS:
+        row = notebook_lengths.lengths(path)
+        expected = (f"{row['reading']:.0f} min", _readme_minutes(row["study"]))
+        assert rows[path.name.split("_")[0]] == expected, (
+            f"README's row for {path.name} says {rows[path.name.split('_')[0]]}, scripts/notebook_lengths.py "
+            f"computes {expected}")

@@ -288,6 +288,8 @@ WORKED_CASES = {
     "pass-at-k": [{"n": 10, "c": 1, "k": 10}, {"n": 5, "c": 0, "k": 2}, {"n": 200, "c": 7, "k": 50}, {"k": 1}],
     "top-p-weight": [{"token": 0}, {"top_p": 0.45, "token": 0}, {"top_p": 0.75, "token": 1},
                      {"probs": (0.05, 0.6, 0.25, 0.1), "top_p": 0.9, "token": 3}, {"top_p": 0.99, "token": 3}],
+    "best-of-n-kl-exact": [{"n": 1}, {"n": 16}, {"probs": (0.25, 0.25, 0.25, 0.25), "n": 2},
+                           {"probs": (0.9, 0.1), "n": 3}, {"probs": (0.05, 0.15, 0.3, 0.5), "n": 64}],
     "mcnemar-p": [{"only_a": 0, "only_b": 0}, {"only_a": 5, "only_b": 5}, {"only_a": 0, "only_b": 9},
                   {"only_a": 40, "only_b": 21}],
 }

@@ -29,7 +29,7 @@ import torch
 
 from minirlhf import losses
 from minirlhf.checks import check_count, check_interval
-from minirlhf.course import stats, toy
+from minirlhf.course import bestofn, stats, toy
 from minirlhf.sampling import filter_logits
 from minirlhf.tasks.pass_at_k import pass_at_k
 
@@ -211,6 +211,13 @@ def _mcnemar_p(only_a: int, only_b: int) -> float:
 
 
 
+def _best_of_n_kl(probs: Sequence[float], n: int) -> float:
+    """KL(p_N || p) of best-of-n from a categorical p whose outcomes are listed from the lowest reward to the highest
+    (minirlhf.course.bestofn)."""
+    p = toy.as_tensor(probs)
+    return bestofn.kl(bestofn.best_of_n_probs(p, torch.arange(len(p), dtype=p.dtype), n), p)
+
+
 def _pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of one problem from n samples with c right (minirlhf.tasks.pass_at_k)."""
     return pass_at_k(n, c, k)
@@ -340,6 +347,18 @@ def _mcnemar_p_steps(only_a: int, only_b: int) -> dict:
     tail = sum(math.comb(n, k) for k in range(low + 1)) / 2**n
     return {"n": n, "low": low, "tail": tail, "answer": min(1.0, 2 * tail)}
 
+
+
+def _best_of_n_kl_steps(probs: Sequence[float], n: int) -> dict:
+    # the kept outcome is k or a worse one exactly when all n draws are: F(k)^n, F the cumulative probability in
+    # reward order; so p_N(k) = F(k)^n - F(k-1)^n, and KL(p_N || p) = Σ_k p_N(k) log(p_N(k) / p(k))
+    cdf, total = [], 0.0
+    for p in probs:
+        total += p
+        cdf.append(min(total, 1.0))
+    p_n = [f**n - below**n for f, below in zip(cdf, [0.0] + cdf[:-1])]
+    kl = sum(q * math.log(q / p) for q, p in zip(p_n, probs) if q > 0)
+    return {"cdf": _numbers(cdf), "p_n": _numbers(p_n), "bound": math.log(n) - (n - 1) / n, "answer": kl}
 
 
 def _pass_at_k_steps(n: int, c: int, k: int) -> dict:
@@ -494,6 +513,17 @@ EXERCISES_LIST = [
              "probability 1/2, so the smaller count is Binomial({n}, 1/2).\n"
              "P(count ≤ {low}) = Σ_(k ≤ {low}) C({n}, k) / 2^{n} = {tail:.4f}; two-sided, doubled (at most 1): "
              "p = {answer:.4f}. The problems both got right or both got wrong say nothing about which is better.",
+             tol=1e-3),
+    Exercise("best-of-n-kl-exact", "showdown",
+             "Best-of-N draws N = {n} answers from p and keeps the one with the highest reward. The outcomes, listed "
+             "from the lowest reward to the highest, have p = {probs}. Derive p_N(k), the chance that outcome k is "
+             "the one kept, and give KL(p_N ‖ p) in nats.",
+             _best_of_n_kl, {"probs": (0.5, 0.3, 0.15, 0.05), "n": 3},
+             _best_of_n_kl_steps,
+             "The kept outcome is k or a worse one exactly when all N = {n} draws are: probability F(k)^N, with F the "
+             "cumulative probability in reward order, F = {cdf}. So p_N(k) = F(k)^N − F(k−1)^N = {p_n}.\n"
+             "KL(p_N ‖ p) = Σ_k p_N(k) log(p_N(k) / p(k)) = {answer:.4f} nats, at most the bound "
+             "log N − (N−1)/N = {bound:.4f}.",
              tol=1e-3),
     Exercise("pass-at-k", "toolbox",
              "n = {n} answers sampled for one problem, c = {c} of them right. The unbiased estimate of pass@k for "

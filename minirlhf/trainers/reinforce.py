@@ -8,7 +8,9 @@ Any baseline b that does not depend on y leaves the expectation unchanged and ca
 - baseline="rloo":  b_i = mean of the OTHER G-1 rewards of the same prompt (needs G >= 2)
 - baseline="reinforce++" (Hu, 2025): per-token advantages, the return-to-go of the k1-shaped per-token reward,
   standardised over every real token of the batch (`losses.reinforce_plus_plus_advantages`); the loss is their
-  token mean, as in OpenRLHF. "reinforce++-baseline" subtracts the group's mean reward first (needs G >= 2).
+  token mean. "reinforce++-baseline" subtracts the group's mean reward first (needs G >= 2). These are
+  REINFORCE++'s advantages with a REINFORCE step: the paper and OpenRLHF put them through PPO's clipped loss, with
+  epochs and minibatches over each batch, which this trainer does not.
 
 The KL leash enters through the reward, as in RLOO: R'(x, y) = R(x, y) - β · Σ_t log p_θ(y_t)/p_ref(y_t) (for
 REINFORCE++ per token: r_t = -β log p_θold(y_t)/p_ref(y_t), plus R at the last token).
