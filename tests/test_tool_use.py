@@ -186,3 +186,20 @@ def test_train_and_test_sums_are_apart_and_long():
     train, test = set(calculator.draw_prompts("train", 500, rng)), set(calculator.draw_prompts("test", 200, rng))
     assert train.isdisjoint(test)
     assert all(min(map(len, p[:-1].split("+"))) >= 4 for p in train | test)
+
+
+@pytest.mark.parametrize("arms, error, message", [
+    ({"tools": {"tool": True}, "plain": {"tool": False}}, ValueError,
+     r"arms=\['tools', 'plain'\]: the criterion compares the arms 'tool' and 'plain'"),
+    ({"tool": {"tool": "yes"}, "plain": {"tool": False}}, ValueError, r"CalculatorConfig.tool='yes' must be true or"),
+    ({"tool": {"tools": True}, "plain": {"tool": False}}, TypeError, r"unexpected keyword argument 'tools'"),
+])
+def test_the_lab_refuses_tool_use_arms_it_cannot_judge_before_any_sampling(arms, error, message, monkeypatch):
+    from minirlhf.lab import run_seed, settings_of
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("the held-out problems were sampled before the arms were checked")
+
+    monkeypatch.setattr(calculator, "calculator_metrics", no_sampling)
+    with pytest.raises(error, match=message):
+        run_seed("7", 0, settings_of("7", quick=True) | {"arms": arms}, verbose=False)
