@@ -19,7 +19,7 @@ import functools
 import math
 import statistics
 
-from minirlhf.lab import overoptimisation
+import minirlhf.lab.overoptimisation as overoptimisation
 from minirlhf.lab.effect import Effect
 
 ARMS = ["weak", "ensemble"]
