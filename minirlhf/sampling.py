@@ -139,6 +139,8 @@ def sample(
     first, total = batch_rows or (0, B)
     rows = slice(first, first + B)
     call_end = _one_token(tokenizer, tool.call_end, "tool.call_end") if tool is not None else None
+    if call_end is not None and call_end == eos_id:
+        raise ValueError(f"tool.call_end={tool.call_end!r} is the EOS token: a call must leave the answer open")
     pending: list[list[int]] = [[] for _ in range(B)]  # per row, the tool's tokens still to feed
 
     with eval_mode(model):  # dropout off while sampling; the model's own mode is restored after
@@ -227,6 +229,9 @@ def policy_token_mask(lengths: torch.Tensor, from_tool: torch.Tensor) -> torch.T
 
         m_t = 1[t < length] · (1 - tool_t)
     """
+    if lengths.dim() != 1 or from_tool.dim() != 2 or lengths.shape[0] != from_tool.shape[0]:
+        raise ValueError(f"lengths must be (B,) and from_tool (B, N), got shapes {tuple(lengths.shape)} and "
+                         f"{tuple(from_tool.shape)}")
     real = torch.arange(from_tool.shape[-1], device=from_tool.device)[None, :] < lengths[:, None]  # (B, N)
     return real & ~from_tool.bool()
 
@@ -241,6 +246,9 @@ def _one_token(tokenizer: PreTrainedTokenizerBase, text: str, name: str) -> int:
 def _tool_tokens(tokenizer: PreTrainedTokenizerBase, tool: Tool, response: torch.Tensor) -> list[int]:
     """The tokens of the tool's answer to a call that closes `response` (its ids so far); [] when it refuses."""
     text = tool.run(tokenizer.decode(response.tolist()))
+    if text is not None and not isinstance(text, str):
+        raise TypeError(f"tool.run returned {text!r} ({type(text).__name__}): it returns the text to append, a str, "
+                        "or None for nothing")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
     if tokenizer.eos_token_id in ids:
         raise ValueError(f"the tool answered {text!r}, which holds the EOS token: a tool cannot end the answer")

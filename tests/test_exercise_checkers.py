@@ -1210,6 +1210,11 @@ TOOL_USE_WRONG = [
     ("a mean per answer first", lambda lp, a, n, tool: -((lp * a.unsqueeze(1) * (_real(lp, n) & ~tool)).sum(1)
                                                         / (_real(lp, n) & ~tool).sum(1)).mean()),
     ("sign flipped", lambda lp, a, n, tool: -_token_mean(lp, a, _real(lp, n) & ~tool)),
+    ("the padding kept", lambda lp, a, n, tool: _token_mean(lp, a, ~tool)),  # the mask read off tool_mask alone
+    ("the tool's mask a column early", lambda lp, a, n, tool: _token_mean(
+        lp, a, _real(lp, n) & ~torch.nn.functional.pad(tool[:, 1:], (0, 1)))),  # the logits[:, :-1] habit
+    ("the tool's mask a column late", lambda lp, a, n, tool: _token_mean(
+        lp, a, _real(lp, n) & ~torch.nn.functional.pad(tool[:, :-1], (1, 0)))),
 ]
 
 
@@ -1232,6 +1237,21 @@ def _tool_use_from_a_rollout_mask(logp, advantages, lengths, tool_mask):
     return losses.reinforce_loss(logp, advantages, response_mask, aggregation="token-mean")
 
 
-@pytest.mark.parametrize("fn", [_tool_use_by_indexing, _tool_use_from_a_rollout_mask])
+def _tool_use_by_xor(logp, advantages, lengths, tool_mask):
+    mine = _real(logp, lengths) ^ tool_mask  # the tool's tokens lie inside the answer, so XOR removes them
+    return -(advantages[:, None] * logp)[mine].sum() / mine.sum()
+
+
+def _tool_use_by_a_loop(logp, advantages, lengths, tool_mask):
+    total, count = logp.new_zeros(()), 0
+    for row in range(logp.shape[0]):
+        for t in range(int(lengths[row])):
+            if not tool_mask[row, t]:
+                total, count = total + advantages[row] * logp[row, t], count + 1
+    return -total / count
+
+
+@pytest.mark.parametrize("fn", [_tool_use_by_indexing, _tool_use_from_a_rollout_mask, _tool_use_by_xor,
+                                _tool_use_by_a_loop])
 def test_a_correct_tool_use_loss_written_otherwise_passes(fn, capsys):
     assert exercises.check_function("tool-use-loss", fn) is True, capsys.readouterr().out

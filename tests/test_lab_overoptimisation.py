@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from minirlhf.lab.overoptimisation import holds, turn
+from minirlhf.lab import ensembles, overoptimisation
+from minirlhf.lab.overoptimisation import NEEDS, check_settings, holds, turn
 
 
 def test_the_turn_is_the_rise_to_the_peak_and_the_fall_after_it_with_their_paired_standard_errors():
@@ -40,3 +41,35 @@ def test_a_rise_within_its_standard_error_does_not_hold():
     assert found["rise"] == pytest.approx(0.1) and found["rise_stderr"] == pytest.approx(0.4)
     assert found["fall"] == pytest.approx(0.4) and found["fall_stderr"] == pytest.approx(0.1)
     assert not holds({"weak": found})
+
+
+@pytest.mark.parametrize("key", ["e", "6"])
+def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
+    from minirlhf.lab import settings_of
+
+    for quick in (True, False):
+        check_settings(settings_of(key, quick), NEEDS if key == "e" else tuple(ensembles.ARMS))
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda s: s.update(arms=["weak", "ensmble"]), r"arms\[1\] must be one of: weak, strong, ensemble; got 'ensmble'"),
+    (lambda s: s.update(arms="weak,ensemble"), r"arms='weak,ensemble': a list"),
+    (lambda s: s.update(arms=[]), r"arms=\[\]: distinct arms, holding weak and ensemble"),
+    (lambda s: s.update(arms=["weak", "ensemble", "weak"]), r"distinct arms"),
+    (lambda s: s.update(arms=["strong", "ensemble"]), r"holding weak and ensemble"),
+    (lambda s: s["ensemble"].update(members=1), r"ensemble.members must be an integer >= 2 .*got 1"),
+    (lambda s: s["ensemble"].update(members=0), r"ensemble.members .* got 0"),
+    (lambda s: s["ensemble"].update(rule="median"), r"ensemble.rule must be one of: .*; got 'median'"),
+    (lambda s: s["ensemble"].update(of="weakest"), r"ensemble.of must be one of: weak, strong; got 'weakest'"),
+])
+def test_the_ensemble_effect_refuses_bad_settings_naming_the_field_before_any_training(edit, message, monkeypatch):
+    from minirlhf.lab import run_seed, settings_of
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a reward model trained before the settings were checked")
+
+    monkeypatch.setattr(overoptimisation, "train_proxy", no_training)
+    settings = settings_of("6", quick=True)
+    edit(settings)
+    with pytest.raises(ValueError, match=message):
+        run_seed("6", 0, settings, verbose=False)

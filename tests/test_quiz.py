@@ -225,6 +225,14 @@ def test_options_are_shuffled_with_a_fixed_seed_and_keep_their_answer():
     assert moved > len(quiz.QUESTIONS_LIST) / 2
 
 
+def test_a_shuffled_questions_explanation_cites_no_option_letter():
+    """The letters of a shuffled question are not the file's: "(C)" in its explanation would point at another option
+    than the author meant (toolbox-tool-arms's "(C)" named the right answer once its options moved)."""
+    letters = re.compile(r"\([A-E](?:, [A-E])*\)|\boption [A-E]\b")
+    cited = {q.id: letters.findall(q.explanation) for q in quiz.QUESTIONS_LIST if q.source != "lecture"}
+    assert {qid: found for qid, found in cited.items() if found} == {}
+
+
 def _asked_in_notebooks() -> Counter:
     asked = Counter()
     for path in sorted(NOTEBOOK_DIR.glob("*.ipynb")):

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 from minirlhf.logprobs import response_logprobs
 from minirlhf.losses import grpo_advantages, grpo_loss
 from minirlhf.models import SHIPPED, load_model
-from minirlhf.sampling import Tool, sample
+from minirlhf.sampling import Tool, policy_token_mask, sample
 from minirlhf.tasks import calculator
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 from minirlhf.trainers.run.checkpoint import list_checkpoints
@@ -108,6 +108,23 @@ def test_a_tool_whose_closing_text_is_not_one_token_is_refused():
         sample(model, tokenizer, ["1+2="], tool=Tool(call_end="<calc>", run=lambda text: None))
 
 
+def test_a_tool_closed_by_eos_or_answering_with_no_string_is_refused():
+    model, tokenizer = load_model("tiny-lab", device="cpu")
+    with pytest.raises(ValueError, match=r"tool.call_end='<\|endoftext\|>' is the EOS token"):
+        sample(model, tokenizer, ["1+2="], tool=Tool(call_end=tokenizer.eos_token, run=lambda text: "=3"))
+    with pytest.raises(TypeError, match=r"tool.run returned 7 \(int\): it returns the text to append, a str"):
+        sample(model, tokenizer, ["17+25="], group_size=4, max_new_tokens=16,  # tiny-lab writes "." after answers
+               generator=torch.Generator().manual_seed(0), tool=Tool(call_end=".", run=lambda text: 7))
+
+
+def test_the_policy_token_mask_refuses_lengths_that_are_not_one_per_row():
+    tool = torch.zeros(2, 6, dtype=torch.bool)
+    tool[0, 1] = True
+    assert policy_token_mask(torch.tensor([3, 5]), tool).sum() == 7
+    with pytest.raises(ValueError, match=r"lengths must be \(B,\) and from_tool \(B, N\), got shapes \(2, 1\) and "):
+        policy_token_mask(torch.tensor([[3], [5]]), tool)  # would broadcast to (2, 2, 6)
+
+
 # ----------------------------------------------------------------------------- the task, in training
 
 
@@ -169,3 +186,20 @@ def test_train_and_test_sums_are_apart_and_long():
     train, test = set(calculator.draw_prompts("train", 500, rng)), set(calculator.draw_prompts("test", 200, rng))
     assert train.isdisjoint(test)
     assert all(min(map(len, p[:-1].split("+"))) >= 4 for p in train | test)
+
+
+@pytest.mark.parametrize("arms, error, message", [
+    ({"tools": {"tool": True}, "plain": {"tool": False}}, ValueError,
+     r"arms=\['tools', 'plain'\]: the criterion compares the arms 'tool' and 'plain'"),
+    ({"tool": {"tool": "yes"}, "plain": {"tool": False}}, ValueError, r"CalculatorConfig.tool='yes' must be true or"),
+    ({"tool": {"tools": True}, "plain": {"tool": False}}, TypeError, r"unexpected keyword argument 'tools'"),
+])
+def test_the_lab_refuses_tool_use_arms_it_cannot_judge_before_any_sampling(arms, error, message, monkeypatch):
+    from minirlhf.lab import run_seed, settings_of
+
+    def no_sampling(*args, **kwargs):
+        raise AssertionError("the held-out problems were sampled before the arms were checked")
+
+    monkeypatch.setattr(calculator, "calculator_metrics", no_sampling)
+    with pytest.raises(error, match=message):
+        run_seed("7", 0, settings_of("7", quick=True) | {"arms": arms}, verbose=False)

@@ -15,6 +15,7 @@ openings and random numbers for both arms, and how far each arm's gold fell from
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -64,4 +65,5 @@ EFFECT = Effect(
               "the standard error of the paired difference over the held-out openings, and a smaller fall from its "
               "own peak",
     notebook="09a_toolbox.ipynb",
-    settings=settings, run_seed=overoptimisation.run_seed, holds=holds, across=across, plot=plot)
+    settings=settings, run_seed=functools.partial(overoptimisation.run_seed, needs=tuple(ARMS)), holds=holds,
+    across=across, plot=plot)

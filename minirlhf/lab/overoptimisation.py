@@ -23,9 +23,11 @@ import math
 import random
 import statistics
 
+from minirlhf.checks import check_choice, check_count
 from minirlhf.lab.effect import RUN, Effect
 
 POLICY = "tiny"  # the review model every run starts from, and the reward models' backbone
+NEEDS = ("weak", "strong")  # the arms (e)'s criterion and effect size read
 
 
 def settings(quick: bool) -> dict:
@@ -132,12 +134,33 @@ def _paired_stderr(a: list[float], b: list[float]) -> float:
     return statistics.stdev(differences) / math.sqrt(len(differences))
 
 
-def run_seed(seed: int, settings: dict) -> dict:
+def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
+    """Refuses arms and an ensemble that a run cannot make (or that the effect's criterion cannot read, `needs`),
+    naming the field and its value, before any reward model trains."""
+    from minirlhf.trainers.reward_model import ENSEMBLE_RULES
+
+    arms, proxies, ensemble = settings["arms"], settings["proxies"], settings["ensemble"]
+    known = [*proxies, "ensemble"]
+    if not isinstance(arms, list):
+        raise ValueError(f"arms={arms!r}: a list of arms from {', '.join(known)}")
+    for i, arm in enumerate(arms):
+        check_choice(f"arms[{i}]", arm, known)
+    if len(set(arms)) != len(arms) or not set(needs) <= set(arms):
+        raise ValueError(f"arms={arms!r}: distinct arms, holding {' and '.join(needs)} (what the criterion compares)")
+    if "ensemble" in arms:
+        check_choice("ensemble.of", ensemble["of"], list(proxies))
+        check_count("ensemble.members", ensemble["members"], 2, why=f"{ensemble['of']!r} and more like it")
+        check_choice("ensemble.rule", ensemble["rule"], ENSEMBLE_RULES)
+
+
+def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     """Trains the proxies that settings["arms"] name (the ensemble's members are the weak proxy and more like it,
-    drawn on other seeds), each standardised on p_ref's texts, then one GRPO run per arm."""
+    drawn on other seeds), each standardised on p_ref's texts, then one GRPO run per arm. `needs`: the arms the
+    effect's criterion reads (`check_settings`)."""
     from minirlhf.data import load_preference_pairs
     from minirlhf.trainers.reward_model import RewardEnsemble
 
+    check_settings(settings, needs)
     reference = load_preference_pairs("sentiment", "test")[:128]  # p_ref's texts: each proxy's scale is read there
     texts = ([p.prompt for p in reference] * 2, [p.chosen for p in reference] + [p.rejected for p in reference])
     of = settings["ensemble"]["of"]

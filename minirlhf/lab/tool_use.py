@@ -57,12 +57,15 @@ def run_seed(seed: int, settings: dict) -> dict:
     from minirlhf.tasks import calculator
     from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 
+    if sorted(settings["arms"]) != sorted((TOOL, PLAIN)):
+        raise ValueError(f"arms={list(settings['arms'])!r}: the criterion compares the arms {TOOL!r} and {PLAIN!r}")
+    tasks = {arm: calculator.task(**knobs) for arm, knobs in settings["arms"].items()}  # knobs checked before any run
     arms = {}
     for arm, knobs in settings["arms"].items():
         model, tokenizer = load_model(settings["model"], device="cpu")
         held_out = dict(n=settings["held_out"], **knobs)
         start = calculator.calculator_metrics(model, tokenizer, **held_out)
-        task = calculator.task(**knobs)
+        task = tasks[arm]
         seen = SeenCalls(task.reward_fn)
         config = GRPOConfig(model=settings["model"], seed=seed, **RUN, **settings["grpo"])
         model, tokenizer, history = train_grpo(dataclasses.replace(task, reward_fn=seen, evaluate=None), config,

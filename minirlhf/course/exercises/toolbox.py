@@ -368,6 +368,16 @@ def _padding_included(logp, advantages, lengths, tool_mask):
     return -torch.where(mask, advantages[:, None] * logp, 0.0).sum() / mask.sum()
 
 
+def _shifted(tool, by):
+    """The tool's mask moved one column: by = +1 later, -1 earlier (as if logp[:, t] scored token t + 1)."""
+    moved = torch.zeros_like(tool)
+    if by > 0:
+        moved[:, 1:] = tool[:, :-1]
+    else:
+        moved[:, :-1] = tool[:, 1:]
+    return moved
+
+
 def _tool_loss_aggregated(aggregation):
     def loss(logp, advantages, lengths, tool_mask):
         return losses.reinforce_loss(logp, advantages, policy_token_mask(lengths, tool_mask), aggregation)
@@ -400,6 +410,17 @@ TOOL_USE = Exercise(
                                                              lambda real, tool, mask: torch.ones_like(mask)),
                 "you divide by B·T, every column: padding and the tool's tokens count in your mean. Divide the "
                 "masked sum by the number of the policy's tokens, mask.sum()."),
+        Mistake("the padding kept", _tool_loss_with(lambda real, tool: ~tool),
+                "your mask is ~tool_mask alone: it keeps the padding after each answer, whose log-prob is garbage. "
+                "The policy's tokens are the real ones less the tool's: (t < length) & ~tool_mask."),
+        Mistake("the tool's mask a column early", _tool_loss_with(lambda real, tool: real & ~_shifted(tool, -1)),
+                "your tool mask is one column early: it drops the policy's closing \"]\" and keeps the calculator's "
+                "last token. logp and tool_mask are aligned already (column t is the answer's token t): use "
+                "(t < length) & ~tool_mask as it is, with no shift."),
+        Mistake("the tool's mask a column late", _tool_loss_with(lambda real, tool: real & ~_shifted(tool, 1)),
+                "your tool mask is one column late: it keeps the calculator's first token and drops the policy's "
+                "token after the reply. logp and tool_mask are aligned already (column t is the answer's token t): "
+                "use (t < length) & ~tool_mask as it is, with no shift."),
         Mistake("only the tool's tokens", _tool_loss_with(lambda real, tool: real & tool),
                 "your mask keeps the calculator's tokens and drops the policy's: the loss sums over the tokens the "
                 "policy sampled, (t < length) & ~tool_mask."),
