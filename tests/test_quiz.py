@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from minirlhf import losses
-from minirlhf.course import quiz
+from minirlhf.course import quiz, toy
 
 
 def test_lecture_quizzes_present():
@@ -174,6 +174,27 @@ def test_every_exercise_solves_and_describes_itself():
                                            "seq-mean-token-weight"]
 
 
+def test_approx_kl_expectation_is_the_kl_from_the_sampling_policy():
+    p_old, p_new = (0.6, 0.3, 0.1), (0.2, 0.5, 0.3)
+    value = quiz.solution("approx-kl-expectation", p_old=p_old, p_new=p_new)
+    assert value == pytest.approx(float(toy.exact_kl(p_old, p_new)), rel=1e-12)  # KL(p_θold ‖ p_θ) ...
+    assert value != pytest.approx(float(toy.exact_kl(p_new, p_old)), rel=1e-2)  # ... not KL(p_θ ‖ p_θold)
+    with pytest.raises(ValueError, match="p_new must be"):
+        quiz.solution("approx-kl-expectation", p_new=(0.5, 0.6, 0.1))
+    with pytest.raises(ValueError, match="p_old must be"):
+        quiz.solution("approx-kl-expectation", p_old=(0.9, 0.1, 0.0))
+
+
+def test_gspo_token_weight_is_the_same_for_every_token_of_an_answer():
+    log_ratios = (0.3, -0.1, 0.2, 0.0)
+    weights = {quiz.solution("gspo-token-weight", log_ratios=log_ratios, t=t) for t in range(len(log_ratios))}
+    assert len({round(w, 12) for w in weights}) == 1  # one weight per answer, -s_i Â_i / (B |y_i|)
+    steps = quiz.EXERCISES["gspo-token-weight"].steps(**{**quiz.EXERCISES["gspo-token-weight"].defaults})
+    assert len(set(steps["grpo"].strip("()").split(", "))) > 1  # GRPO's token ratios weigh the tokens apart
+    with pytest.raises(ValueError, match="t must index"):
+        quiz.solution("gspo-token-weight", t=4)
+
+
 def test_exercise_rejects_unknown_parameters():
     with pytest.raises(TypeError, match="takes"):
         quiz.check_number("ppo-objective", 1.2, ratio=1.5)
@@ -278,6 +299,9 @@ WORKED_CASES = {
     "ppo-objective": [{"r": 0.7, "advantage": -2.0, "eps": 0.2}, {"r": 0.5, "advantage": 1.0},
                       {"r": 1.5, "advantage": -1.0}, {"r": 1.2, "advantage": 1.0}, {"r": 0.9, "eps": 0.05},
                       {"r": 1.0, "advantage": 0.0}],
+    "approx-kl-expectation": [{"p_new": (0.6, 0.3, 0.1)}, {"p_old": (0.5, 0.5), "p_new": (0.9, 0.1)},
+                              {"p_old": (0.25, 0.25, 0.25, 0.25), "p_new": (0.7, 0.1, 0.1, 0.1)},
+                              {"p_old": (0.98, 0.01, 0.01), "p_new": (0.01, 0.01, 0.98)}],
     "gae-advantage": [{"gamma": 1.0, "lam": 1.0, "t": 0}, {"gamma": 0.9, "lam": 0.95, "t": 3},
                       {"gamma": 0.99, "lam": 0.5, "t": 7}, {"gamma": 0.5, "lam": 0.0, "t": 0}],
     "grpo-advantage": [{"i": 1}, {"rewards": (3.0, 1.0, 2.0), "scale": "none"}, {"rewards": (1.0, 1.0, 1.0, 1.0)},
@@ -285,6 +309,10 @@ WORKED_CASES = {
     "kl-k3": [{"logp": -2.0, "ref_logp": -0.5}, {"logp": -1.0, "ref_logp": -1.0}, {"logp": -0.1, "ref_logp": -7.0}],
     "all-equal-groups": [{"p": 0.5, "G": 2}, {"p": 0.5, "G": 8}, {"p": 0.3, "G": 3}, {"p": 0.99, "G": 16},
                          {"p": 0.0, "G": 4}, {"p": 1.0, "G": 2}],
+    "gspo-token-weight": [{"t": 0}, {"t": 3}, {"advantage": -2.0}, {"advantage": 0.0},
+                          {"eps": 3e-4, "eps_high": 4e-4}, {"advantage": -1.0, "eps": 3e-4, "eps_high": 4e-4},
+                          {"log_ratios": (-0.5, -0.3), "advantage": -1.0}, {"log_ratios": (-0.5, -0.3), "t": 0},
+                          {"log_ratios": (0.0,), "B": 1, "t": 0}, {"log_ratios": (0.01,) * 32, "B": 16, "t": 31}],
     "dpo-margin": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0}],
     "dpo-loss": [{"beta": 0.5}, {"beta": 0.3, "chosen_logratio": -1.0, "rejected_logratio": 1.0},
                  {"beta": 1.0, "chosen_logratio": -40.0, "rejected_logratio": 0.0}],

@@ -149,6 +149,49 @@ def _gae_advantage(gamma: float, lam: float, t: int) -> float:
     return float(advantages[t])
 
 
+def _check_distribution(name: str, probs: Sequence[float]) -> None:
+    """A categorical distribution with no outcome at probability 0 (each is a ratio's denominator somewhere)."""
+    if len(probs) < 2 or any(not 0 < p <= 1 for p in probs) or not math.isclose(sum(probs), 1.0, abs_tol=1e-6):
+        raise ValueError(f"{name} must be two or more probabilities in (0, 1] that sum to 1, got {probs!r}")
+
+
+def _approx_kl_expectation(p_old: Sequence[float], p_new: Sequence[float]) -> float:
+    """E_(y~p_θold)[k3(y)] of PPO's approx_kl, k3 = (r - 1) - log r with r = p_θ/p_θold: the term
+    losses.ppo_clip_loss averages over the sampled tokens (losses.kl_k3(old_logp, logp)), here weighted by p_θold
+    over every outcome of one categorical next-token distribution, p_θold = p_old and p_θ = p_new."""
+    _check_distribution("p_old", p_old)
+    _check_distribution("p_new", p_new)
+    if len(p_old) != len(p_new):
+        raise ValueError(f"p_old and p_new must have as many outcomes, got {len(p_old)} and {len(p_new)}")
+    old, new = toy.as_tensor(p_old), toy.as_tensor(p_new)
+    return float((old * losses.kl_k3(old.log(), new.log())).sum())
+
+
+def _gspo_token_weight(log_ratios: Sequence[float], advantage: float, B: int, t: int, eps: float,
+                       eps_high: float) -> float:
+    """∂L/∂log p_θ(y_i,t) of GSPO's loss (losses.grpo_loss with importance_sampling_level="sequence", "seq-mean",
+    β = 0) for token t of answer i, whose token log-ratios log r_i,t are log_ratios, in a batch of B answers:
+    autograd at θ ≠ θ_old."""
+    check_count("B", B)
+    check_count("len(log_ratios)", len(log_ratios))
+    if not 0 <= t < len(log_ratios):
+        raise ValueError(f"t must index one of the answer's {len(log_ratios)} tokens (0 to {len(log_ratios) - 1}), "
+                         f"got {t!r}")
+    n = len(log_ratios)
+    mask = torch.zeros(B, n + 1, dtype=torch.float64)  # one padding column, so that the mask matters
+    mask[0, :n] = 1.0
+    mask[1:, 0] = 1.0  # the other answers: one token each, advantage 0
+    advantages = torch.zeros(B, dtype=torch.float64)
+    advantages[0] = advantage
+    old = torch.full((B, n + 1), -1.0, dtype=torch.float64)
+    logp = old.clone()
+    logp[0, :n] += toy.as_tensor(log_ratios)
+    grad = toy.grad_wrt_logp(lambda lp: losses.grpo_loss(lp, old, None, advantages, mask, eps=eps, beta=0.0,
+                                                         eps_high=eps_high, importance_sampling_level="sequence")[0],
+                             logp)
+    return float(grad[0, t])
+
+
 def _leave_one_out_scale(G: int) -> float:
     """c in R_i - mean = c (R_i - mean of the others), measured: the library's centred rewards (GRPO, scale "none")
     over RLOO's advantages on seeded random rewards, averaged over the group."""
@@ -292,6 +335,33 @@ def _grpo_advantage_steps(rewards: Sequence[float], i: int, scale: str) -> dict:
     return {"mean": mean, "std": std, "n": len(rewards), "reward": rewards[i], "how": how, "answer": answer}
 
 
+def _approx_kl_expectation_steps(p_old: Sequence[float], p_new: Sequence[float]) -> dict:
+    # k3 = (r - 1) - log r ≥ 0 since log r ≤ r - 1; E_p_θold[r] = Σ_y p_θ(y) = 1, so
+    # E_p_θold[k3] = -E_p_θold[log r] = KL(p_θold ‖ p_θ)
+    ratios = [q / p for p, q in zip(p_old, p_new, strict=True)]
+    k3 = [r - 1 - math.log(r) for r in ratios]
+    return {"ratios": _numbers(ratios), "k3": _numbers(k3), "mean_ratio": sum(p * r for p, r in zip(p_old, ratios)),
+            "reverse": sum(q * math.log(q / p) for p, q in zip(p_old, p_new)),
+            "answer": sum(p * math.log(p / q) for p, q in zip(p_old, p_new))}
+
+
+def _gspo_token_weight_steps(log_ratios: Sequence[float], advantage: float, B: int, t: int, eps: float,
+                             eps_high: float) -> dict:
+    # L = -(1/B) Σ_i min(s_i Â_i, clip(s_i, 1 - ε, 1 + ε_high) Â_i), s_i = exp((1/|y_i|) Σ_t log r_i,t), so
+    # ∂s_i/∂log p_θ(y_i,t) = s_i/|y_i| and ∂L/∂log p_θ(y_i,t) = -s_i Â_i/(B|y_i|) for every t; 0 where the clip holds
+    def weight(ratio: float, n: int) -> float:
+        clipped = (advantage > 0 and ratio > 1 + eps_high) or (advantage < 0 and ratio < 1 - eps)
+        return 0.0 if clipped else -ratio * advantage / (B * n)
+
+    n = len(log_ratios)
+    s = math.exp(sum(log_ratios) / n)
+    held = weight(s, n) == 0.0 and advantage != 0  # the clip holds s_i
+    where = ("outside the range on the side Â pushes, so the clipped term is the smaller and constant: no gradient"
+             if held else "the unclipped term s_i·Â_i is the smaller (or equal), so the gradient flows through s_i")
+    return {"n": n, "s": s, "low": 1 - eps, "high": 1 + eps_high, "where": where,
+            "grpo": _numbers([weight(math.exp(x), n) for x in log_ratios]), "answer": weight(s, n)}
+
+
 def _all_equal_probability_steps(p: float, G: int) -> dict:
     # all right or all wrong, two cases that exclude each other: p^G + (1 - p)^G
     return {"all_right": p**G, "all_wrong": (1 - p) ** G, "answer": p**G + (1 - p) ** G}
@@ -427,6 +497,21 @@ EXERCISES_LIST = [
              "TD errors δ_k = r_k + γ·V(s_(k+1)) - V(s_k) for k = {t}..{last}: {deltas}.\n"
              "Â_{t} = Σ_l (γλ)^l·δ_({t}+l) with γλ = {decay:.4g}: {answer:.4f}.\n"
              "(λ = 0 keeps δ_t alone; γ = λ = 1 gives the sum of the rewards from t on minus V(s_t).)"),
+    Exercise("approx-kl-expectation", "ppo",
+             "PPO logs approx_kl, the mean of k3 = (r - 1) - log r over tokens sampled from p_θold, r = p_θ/p_θold. "
+             "One next-token distribution has p_θold = {p_old} before a batch's updates and p_θ = {p_new} after. "
+             "Show that k3 ≥ 0 and that E_(y~p_θold)[k3] is a KL divergence (which one?), then give that expectation "
+             "in nats.",
+             _approx_kl_expectation, {"p_old": (0.6, 0.3, 0.1), "p_new": (0.2, 0.5, 0.3)},
+             _approx_kl_expectation_steps,
+             "Per outcome r = p_θ/p_θold = {ratios} and k3 = (r - 1) - log r = {k3}: none negative, since "
+             "log r ≤ r - 1 (log lies below its tangent at r = 1), with equality only at r = 1.\n"
+             "E_p_θold[r] = Σ_y p_θold(y)·p_θ(y)/p_θold(y) = Σ_y p_θ(y) = {mean_ratio:.4f}: the (r - 1) term "
+             "averages to 0 (a zero-mean term that lowers the spread), so E[k3] = -E_p_θold[log r] = "
+             "Σ_y p_θold log(p_θold/p_θ) = KL(p_θold ‖ p_θ) = {answer:.4f} nats.\n"
+             "The other direction, KL(p_θ ‖ p_θold) = {reverse:.4f}, is what samples from p_θ would estimate; "
+             "approx_kl's samples come from p_θold.",
+             tol=1e-3),
     Exercise("grpo-advantage", "grpo",
              "GRPO advantage of response i = {i} in the group with rewards {rewards} (scale = {scale!r}, "
              "sample std).",
@@ -450,6 +535,19 @@ EXERCISES_LIST = [
              "{all_right:.4f}, or all wrong, (1 - p)^G = {all_wrong:.4g}.\n"
              "The two cases exclude each other, so P = {all_right:.4f} + {all_wrong:.4g} = {answer:.4f}: that share "
              "of the groups gets Â = 0 and adds nothing to the gradient (dynamic sampling drops them)."),
+    Exercise("gspo-token-weight", "grpo-since-r1",
+             "GSPO's loss, L = -(1/B) Σ_i min(s_i Â_i, clip(s_i, 1 - ε, 1 + ε_high) Â_i) with β = 0, B = {B} "
+             "answers, ε = {eps}, ε_high = {eps_high}. Answer i has Â_i = {advantage} and token log-ratios "
+             "log r_i,t = {log_ratios}. Derive ∂L/∂log p_θ(y_i,t) and give it for token t = {t} (counted from 0).",
+             _gspo_token_weight,
+             {"log_ratios": (0.3, -0.1, 0.2, 0.0), "advantage": 1.0, "B": 4, "t": 1, "eps": 0.2, "eps_high": 0.2},
+             _gspo_token_weight_steps,
+             "log s_i = (1/|y_i|) Σ_t log r_i,t = (1/|y_i|) Σ_t (log p_θ(y_i,t) - log p_θold(y_i,t)), so "
+             "∂log s_i/∂log p_θ(y_i,t) = 1/|y_i| for every token t, and ∂s_i/∂log p_θ(y_i,t) = s_i/|y_i|.\n"
+             "Here |y_i| = {n} and s_i = {s:.4f}, against the range [{low:.4g}, {high:.4g}]: {where}.\n"
+             "∂L/∂log p_θ(y_i,t) = -s_i·Â_i / (B·|y_i|) = {answer:.4f}, the same for every token of the answer. "
+             "GRPO's token ratios, each clipped on its own, would give the tokens {grpo}.",
+             tol=1e-3),
     Exercise("dpo-margin", "dpo",
              "Implicit reward margin β·(log-ratio of y_w - log-ratio of y_l) with β = {beta}, log-ratios "
              "{chosen_logratio} and {rejected_logratio}.",
