@@ -45,7 +45,8 @@ def _quick_task() -> Task:
 
 
 def _length_task() -> Task:
-    """A reward that (almost) never ties, so every group and the value head have something to learn."""
+    """A reward of the answer's length in characters: it varies across a batch, so PPO's value head and REINFORCE's
+    baseline have something to learn (within a GRPO group of 4-token answers it ties: see _content_task)."""
     return dataclasses.replace(_quick_task(), reward_fn=lambda p, completions, **_: [len(c) / 4 for c in completions])
 
 
@@ -65,11 +66,11 @@ METHODS = {
     "reinforce-ema": (ReinforceConfig, dict(ONLINE, baseline="ema", beta=0.05),
                       lambda c: train_reinforce(_length_task(), c)[2], ["model"]),
     "grpo": (GRPOConfig, dict(ONLINE, beta=0.04, epochs=2, minibatch_size=4),
-             lambda c: train_grpo(_length_task(), c)[2], ["model"]),
+             lambda c: train_grpo(_content_task(), c)[2], ["model"]),
     # a sampler μ that is not p_θold (top-p, bf16) and its importance weight
     "grpo-sampler-correction": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, top_p=0.9,
                                                  sampling_precision="bf16", behaviour_correction="sequence-mask"),
-                                lambda c: train_grpo(_length_task(), c)[2], ["model"]),
+                                lambda c: train_grpo(_content_task(), c)[2], ["model"]),
     # a sampler two steps behind: the stale weights it samples from are in the checkpoint
     "grpo-sampler-lag": (GRPOConfig, dict(ONLINE, epochs=2, minibatch_size=4, sampler_lag=2, lr=5e-3,
                                           behaviour_correction="token-truncate"),
