@@ -15,6 +15,7 @@ the criterion holds on all of them (and on what the effect checks across seeds).
 
 The toolbox's items, keyed by their numbers (letters are the effects above, digits the toolbox's items):
 
+    (1) sampler_mismatch sampling from weights 4 steps old loses accuracy; TIS (p_θold/μ) wins it back
     (2) distillation    on-policy distillation beats GRPO's 0/1 reward per sampled answer   (tiny-sft, from tiny-lab)
     (3) entropy_control GRPO's entropy falls as it learns; a bonus, Clip-Cov, KL-Cov hold it
     (5) sharpening      GRPO raises pass@1 more than pass@16 on held-out problems           -> notebook 09a
@@ -47,14 +48,15 @@ from minirlhf.lab.entropy_control import EFFECT as ENTROPY_CONTROL
 from minirlhf.lab.length_bias import EFFECT as LENGTH_BIAS
 from minirlhf.lab.no_clip import EFFECT as NO_CLIP
 from minirlhf.lab.overoptimisation import EFFECT as OVEROPTIMISATION
+from minirlhf.lab.sampler_mismatch import EFFECT as SAMPLER_MISMATCH
 from minirlhf.lab.sharpening import EFFECT as SHARPENING
 from minirlhf.lab.tool_use import EFFECT as TOOL_USE
 from minirlhf.lab.truncation import EFFECT as TRUNCATION
 
 EFFECTS: dict[str, Effect] = {"a": LENGTH_BIAS, "b": ENTROPY_CLIP, "c": TRUNCATION, "d": DEAD_GROUPS,
                                "e": OVEROPTIMISATION, "f": DISPLACEMENT, "g": NO_CLIP,
-                               "2": DISTILLATION, "3": ENTROPY_CONTROL, "5": SHARPENING, "6": ENSEMBLES,
-                               "7": TOOL_USE}
+                               "1": SAMPLER_MISMATCH, "2": DISTILLATION, "3": ENTROPY_CONTROL, "5": SHARPENING,
+                               "6": ENSEMBLES, "7": TOOL_USE}
 
 __all__ = ["EFFECTS", "MODEL", "Effect", "run_effect", "run_seed"]
 
