@@ -95,12 +95,20 @@ WRONG_STEPS = [
         r, g, scale="none")), "advantages: expected"),
     ("advantages with the sign flipped", _step(advantages_of=lambda r, g: -losses.grpo_advantages(r, g)),
      "advantages: (sign flipped) expected"),
-    ("each answer averaged first", _step(aggregation="seq-mean"), "update: the gradient differs"),
+    ("each answer averaged first", _step(aggregation="seq-mean"), "the first step: update: (wrong axis)"),
     ("padding counted in the mean", _step(aggregation="constant"), "update: (mean over padding)"),
     ("a large ε guard of its own", _edited_solution(GUARD, "advantages = (R - R.mean(1, keepdim=True)) / (std + 1e-2)"),
      "the first step: advantages: (ε guard) your std has an ε added, (R - mean) / (std + 0.01)"),
     ("the loss returned as a float", _edited_solution("loss.detach())", "loss.item())"),
      "the first step: my_step's output: StepOutput.loss is a float, expected a torch.Tensor"),
+    ("advantages normalised over the batch", _edited_solution(GUARD, "advantages = (R - R.mean()) / R.std()"),
+     "the first step: advantages: (wrong axis) normalised over the whole batch"),
+    ("old_logp recomputed", _edited_solution("logp - rollout.logprobs", "logp - logp.detach()"),
+     f"{SECOND_STEP}: loss value: (old_logp recomputed) the ratio is 1 on every token"),
+    ("the sampling log-probs changed in place", _edited_solution(
+        "    mask = rollout.response_mask.bool()\n",
+        "    mask = rollout.response_mask.bool()\n    rollout.logprobs[~mask] = float('nan')  # 'masked'\n"),
+     "the first step: (in-place change of an input) my_step changed rollout.logprobs of the sampled batch in place"),
 ]
 
 

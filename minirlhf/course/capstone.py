@@ -12,10 +12,10 @@ with the gradient norm clipped at 1. It returns a StepOutput. The reference (`re
 written with minirlhf.losses. `check_step` runs both from the same seed and the same weights, two steps on one
 optimizer, the second on the first one's batch (sample() replays it: the ratio leaves 1 and the clip acts; with the
 EOS of the rewarded answers dropped, so that a group's answers differ in length), and names the first thing that
-differs: an error (with the line of the step that raised), the samples (where they first differ), the rewards, the
-advantages, the loss, the update, or a returned loss that keeps its graph, with the kind of mistake it shows where it
-can tell (a flipped sign, max for min, the clip on the advantage, a mean over padding, a dropped mask, a missing
-optimizer.zero_grad(), ...).
+differs: an error (with the line of the step that raised), the sampled batch changed in place, the samples (where
+they first differ), the rewards, the advantages, the loss, the update, or a returned loss that keeps its graph, with
+the kind of mistake it shows where it can tell (a flipped sign, max for min, the clip on the advantage, a mean over
+padding, a dropped mask, a per-answer mean, a missing optimizer.zero_grad(), ...).
 
 EQUIVALENT_MUTANTS lists the single-edit versions of the worked step (mutants.mutants(solutions.my_step)) that are
 right, and why; check_step refuses every other one with its kind named (scripts/exercise_mutants.py --capstone).
@@ -95,6 +95,7 @@ def _weights(model: nn.Module) -> torch.Tensor:
 @dataclass
 class _Replay:
     batches: list[Rollout] = field(default_factory=list)  # the batch each step trained on (its first sample())
+    copies: list[Rollout] = field(default_factory=list)  # each batch as it was handed to the step
     epoch: int = 0  # the step running now
     calls: int = 0  # its calls of sample() so far
 
@@ -130,11 +131,12 @@ def _replayed_batch(step: StepFn, pad_id: int) -> Iterator[_Replay]:
     def replay(*args, **kwargs) -> Rollout:
         state.calls += 1
         if state.epoch > 0 and state.calls == 1 and state.batches:
-            state.batches.append(_uneven(state.batches[0], pad_id))
-            return state.batches[-1]
-        rollout = original(*args, **kwargs)
-        if state.epoch == 0 and state.calls == 1:
+            rollout = _uneven(state.copies[0], pad_id)
+        else:
+            rollout = original(*args, **kwargs)
+        if state.calls == 1 and len(state.batches) == state.epoch:
             state.batches.append(rollout)
+            state.copies.append(copy.deepcopy(rollout))
         return rollout
     fn = inspect.unwrap(step.func if isinstance(step, functools.partial) else step)  # decorated: the inner globals
     namespaces = [vars(sampling), globals(), getattr(fn, "__globals__", {})]
@@ -154,6 +156,7 @@ class _Run:
     outputs: list = field(default_factory=list)  # what each step returned
     updates: list[torch.Tensor] = field(default_factory=list)  # the weight update each step made
     rollouts: list[Rollout] = field(default_factory=list)  # the batch each step trained on
+    changed: list[list[str]] = field(default_factory=list)  # per step, the batch's tensors it changed in place
     error: BaseException | None = None  # what a step raised, and where
     where: str = ""
 
@@ -179,10 +182,18 @@ def _run(step: StepFn, model: nn.Module, tokenizer, prompts: list[str], seed: in
                 break
             run.outputs.append(out)
             run.updates.append(_weights(model) - before)
+            run.changed.append(_changed(replay.batches[epoch], replay.copies[epoch]) if epoch < len(replay.batches)
+                               else [])
             if not isinstance(out, StepOutput):
                 break
     run.rollouts = replay.batches
     return run
+
+
+def _changed(rollout: Rollout, copy_: Rollout) -> list[str]:
+    """The names of the batch's tensors that differ from the copy taken when it was handed out."""
+    return [f"rollout.{name}" for name, value in vars(rollout).items()
+            if isinstance(value, torch.Tensor) and not torch.equal(value, getattr(copy_, name))]
 
 
 def _tensor(value, name: str) -> torch.Tensor:
@@ -221,6 +232,8 @@ def _advantage_kind(advantages: torch.Tensor, rewards: torch.Tensor, expected: t
         (mutants.AXIS, "", normalised(R - R.mean(0, keepdim=True), R.std(0, keepdim=True))),
         (mutants.AXIS, "", normalised(R - mean, R.std(0, keepdim=True))),
         (mutants.AXIS, "", normalised(R - R.mean(0, keepdim=True), std)),
+        (mutants.AXIS, "normalised over the whole batch, not within each group of G: ",
+         ((R - R.mean()) / R.std()).reshape(-1)),
         (mutants.MIN_MAX, "the std's floor is a ceiling (clamp_max for clamp_min), so every group with a spread is "
                           "divided by 1e-4: ", normalised(R - mean, std, lambda s: s.clamp_max(1e-4))),
     ]
@@ -265,6 +278,8 @@ def _loss_kind(loss: torch.Tensor, model: nn.Module, rollout: Rollout, advantage
         (mutants.CLIP, "", -token_mean(torch.minimum(ratio * A, ratio * torch.clamp(A, 1 - eps, 1 + eps)))),
         (mutants.CLIP, "", -token_mean(torch.minimum(ratio * A, torch.clamp(ratio * A, 1 - eps, 1 + eps)))),
         ("no clipping", "", -token_mean(ratio * A)),
+        ("old_logp recomputed", "the ratio is 1 on every token, as if old_logp were the current log-probs (detached): "
+                                "use rollout.logprobs, the log-probs the answers were sampled with: ", -token_mean(A)),
         (mutants.PADDING, "", -torch.where(keep, objective, torch.zeros_like(objective)).sum() / keep.numel()),
         (mutants.AXIS, "", -(torch.where(keep, objective, torch.zeros_like(objective)).sum(-1) / keep.sum(-1)).mean()),
         (mutants.MASK, "", -objective.mean()),
@@ -278,15 +293,22 @@ def _loss_kind(loss: torch.Tensor, model: nn.Module, rollout: Rollout, advantage
                  if torch.allclose(loss, value, rtol=LOSS_RTOL, atol=1e-7)), "")
 
 
-def _gradient_norm(model: nn.Module, rollout: Rollout, advantages: torch.Tensor, eps: float) -> float:
-    """The norm of the reference loss's gradient at the policy a step started from, before clipping."""
+def _gradient(model: nn.Module, rollout: Rollout, advantages: torch.Tensor, eps: float,
+              aggregation: str = "token-mean") -> torch.Tensor:
+    """The gradient of the clipped loss (aggregated so) at the policy a step started from, before clipping, flat."""
     model = copy.deepcopy(model)
     logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
                              prompt_length=rollout.prompt_length)
     loss, _ = losses.grpo_loss(logp, rollout.logprobs, None, advantages, rollout.response_mask, eps=eps, beta=0.0,
-                               aggregation="token-mean")
+                               aggregation=aggregation)
     loss.backward()
-    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+    return torch.cat([torch.zeros_like(p).flatten() if p.grad is None else p.grad.flatten()
+                      for p in model.parameters()])
+
+
+def _gradient_norm(model: nn.Module, rollout: Rollout, advantages: torch.Tensor, eps: float) -> float:
+    """The norm of the reference loss's gradient at the policy a step started from, before clipping."""
+    return float(_gradient(model, rollout, advantages, eps).norm())
 
 
 def _scale_kind(scale: float, start: nn.Module, expected: _Run, epoch: int) -> str:
@@ -308,6 +330,13 @@ def _scale_kind(scale: float, start: nn.Module, expected: _Run, epoch: int) -> s
             f"tokens of the whole batch, and the gradient norm clipped at {MAX_GRAD_NORM:g} before optimizer.step()?")
 
 
+def _is_update_of(aggregation: str, update: torch.Tensor, start: nn.Module, expected: _Run, epoch: int) -> bool:
+    """Whether `update` is the SGD step of the clipped loss with another aggregation, from the policy `start`."""
+    gradient = _gradient(start, expected.rollouts[epoch], expected.outputs[epoch].advantages, 0.2, aggregation)
+    step = -CHECK_LR * gradient * min(1.0, MAX_GRAD_NORM / float(gradient.norm().clamp_min(1e-12)))
+    return float((update - step).norm()) <= 1e-2 * float(step.norm())
+
+
 def _update_problem(actual: _Run, expected: _Run, epoch: int, start: nn.Module) -> str:
     """What is wrong with a step's weight update ("" when it matches), with the kind it shows."""
     mine, theirs = actual.updates[epoch], expected.updates[epoch]
@@ -325,6 +354,10 @@ def _update_problem(actual: _Run, expected: _Run, epoch: int, start: nn.Module) 
         words = f"({mutants.SIGN}) your update goes the opposite way: the loss is minus the clipped surrogate's mean"
     elif cosine > 0.999:
         words = _scale_kind(float(mine.norm() / theirs.norm()), start, expected, epoch)
+    elif _is_update_of("seq-mean", mine, start, expected, epoch):
+        words = (f"({mutants.AXIS}) your update is that of a loss averaged within each answer first, then over the "
+                 f"answers (seq-mean): the reference averages over the real response tokens of the whole batch, the "
+                 f"masked sum over both axes divided by mask.sum()")
     else:
         words = ("the gradient differs (is the loss averaged over the real response tokens of the whole batch, is it "
                  "built from log-probs with a gradient, is the gradient norm clipped at 1 before optimizer.step()?)")
@@ -343,6 +376,10 @@ def _step_problems(actual: _Run, expected: _Run, epoch: int, start: nn.Module, t
     if not isinstance(out, StepOutput):
         return [f"my_step returned a {type(out).__name__}: return a capstone.StepOutput(completions, rewards, "
                 f"advantages, loss)"]
+    if actual.changed[epoch]:
+        return [f"({mutants.IN_PLACE}) my_step changed {', '.join(actual.changed[epoch])} of the sampled batch in "
+                f"place (x.sub_(...), x -= ..., x[...] = ...): the batch is the sampler's record, read again by a "
+                f"second epoch; compute new tensors (x = x - ...) instead"]
     if list(out.completions) != wanted.completions:
         return ["sampling: the completions differ. Sample with sample(model, tokenizer, prompts, "
                 "group_size=group_size, max_new_tokens=arithmetic.MAX_NEW_TOKENS, generator=generator), once, "
