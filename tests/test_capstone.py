@@ -1,9 +1,12 @@
-"""The capstone's checker (minirlhf.course.capstone): the worked my_step matches the library's reference step, and
-the wrong steps students write are each refused with the part that differs named."""
+"""The capstone's checker (minirlhf.course.capstone): the worked my_step matches the library's reference step, the
+wrong steps students write are each refused with the part that differs named, and so is every single-edit version of
+the worked step (mutants.py) but the ones listed as right, with its kind named."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import textwrap
 
 import pytest
@@ -11,6 +14,7 @@ import torch
 
 from minirlhf import losses
 from minirlhf.course import capstone, exercises, solutions
+from minirlhf.course.exercises import mutants
 from minirlhf.logprobs import response_logprobs
 from minirlhf.sampling import sample
 from minirlhf.tasks import arithmetic
@@ -64,7 +68,8 @@ def _edited_solution(old: str, new: str):
     return namespace["my_step"]
 
 
-SECOND_STEP = "the second step (the same batch again: the ratio leaves 1)"
+SECOND_STEP = capstone.SECOND_STEP
+GUARD = "advantages = torch.where(std < 1e-4, torch.zeros_like(R), (R - R.mean(1, keepdim=True)) / std.clamp_min(1e-4))"
 WRONG_STEPS = [
     ("no optimizer.zero_grad()", _edited_solution("    optimizer.zero_grad()\n", ""),
      f"{SECOND_STEP}: update: (gradient accumulated)"),
@@ -90,8 +95,20 @@ WRONG_STEPS = [
         r, g, scale="none")), "advantages: expected"),
     ("advantages with the sign flipped", _step(advantages_of=lambda r, g: -losses.grpo_advantages(r, g)),
      "advantages: (sign flipped) expected"),
-    ("each answer averaged first", _step(aggregation="seq-mean"), "update: the gradient differs"),
+    ("each answer averaged first", _step(aggregation="seq-mean"), "the first step: update: (wrong axis)"),
     ("padding counted in the mean", _step(aggregation="constant"), "update: (mean over padding)"),
+    ("a large ε guard of its own", _edited_solution(GUARD, "advantages = (R - R.mean(1, keepdim=True)) / (std + 1e-2)"),
+     "the first step: advantages: (ε guard) your std has an ε added, (R - mean) / (std + 0.01)"),
+    ("the loss returned as a float", _edited_solution("loss.detach())", "loss.item())"),
+     "the first step: my_step's output: StepOutput.loss is a float, expected a torch.Tensor"),
+    ("advantages normalised over the batch", _edited_solution(GUARD, "advantages = (R - R.mean()) / R.std()"),
+     "the first step: advantages: (wrong axis) normalised over the whole batch"),
+    ("old_logp recomputed", _edited_solution("logp - rollout.logprobs", "logp - logp.detach()"),
+     f"{SECOND_STEP}: loss value: (old_logp recomputed) the ratio is 1 on every token"),
+    ("the sampling log-probs changed in place", _edited_solution(
+        "    mask = rollout.response_mask.bool()\n",
+        "    mask = rollout.response_mask.bool()\n    rollout.logprobs[~mask] = float('nan')  # 'masked'\n"),
+     "the first step: (in-place change of an input) my_step changed rollout.logprobs of the sampled batch in place"),
 ]
 
 
@@ -100,6 +117,22 @@ WRONG_STEPS = [
 def test_a_wrong_step_is_refused_with_what_differs(name, step, words, capsys):
     assert capstone.check_step(step) is False
     assert words in capsys.readouterr().out
+
+
+RIGHT_STEPS = [
+    ("TRL's ε guard, std + 1e-4", _edited_solution(GUARD, "advantages = (R - R.mean(1, keepdim=True)) / (std + 1e-4)")),
+    ("the mask as a product", _edited_solution("-torch.where(mask, objective, torch.zeros_like(objective)).sum()",
+                                               "-(objective * mask).sum()")),
+    ("the clip with keywords", _edited_solution("torch.clamp(ratio, 1 - eps, 1 + eps)",
+                                                "ratio.clamp(min=1 - eps, max=1 + eps)")),
+    ("the library's advantages and loss", _step()),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, step", RIGHT_STEPS, ids=[n for n, _ in RIGHT_STEPS])
+def test_a_right_step_written_another_way_passes(name, step, capsys):
+    assert capstone.check_step(step) is True, capsys.readouterr().out
 
 
 def test_the_solution_source_defines_my_step():
@@ -127,17 +160,51 @@ def test_different_samples_are_shown_where_they_first_differ(capsys):
 
 
 def test_the_second_step_trains_on_the_first_ones_batch_with_the_clip_acting():
-    """The check's second step replays the batch: the ratio leaves [1 - ε, 1 + ε] on many tokens."""
+    """The check's second step replays the batch, the rewarded answers cut before their EOS: the ratio leaves
+    [1 - ε, 1 + ε] on many tokens, and the answers of a group differ in length."""
     model, tokenizer = capstone.load_model("tiny-sft", device="cpu")
     capstone.disable_dropout(model)
     prompts = [p.prompt for p in arithmetic.sample_problems("train", 4, 0)]
     run = capstone._run(capstone.reference_step, model, tokenizer, prompts, seed=0)
-    assert len(run.outputs) == capstone.CHECK_EPOCHS == 2
+    assert len(run.outputs) == len(run.rollouts) == capstone.CHECK_EPOCHS == 2
     assert run.outputs[0].completions == run.outputs[1].completions
-    rollout = run.rollout
+    assert torch.equal(run.outputs[0].rewards, run.outputs[1].rewards)
+    first, rollout = run.rollouts
+    cut = first.response_lengths - rollout.response_lengths  # (B,)
+    assert torch.equal(cut.bool(), run.outputs[0].rewards > 0)
+    assert torch.equal(rollout.attention_mask.sum(-1), first.attention_mask.sum(-1) - cut)
+    rewarded = (run.outputs[0].rewards > 0).view(-1, 8)
+    assert (rewarded.any(1) & ~rewarded.all(1)).sum() >= 2  # groups whose answers now differ in length
     with torch.no_grad():
         logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
                                  prompt_length=rollout.prompt_length)
     ratio = torch.exp(logp - rollout.logprobs)[rollout.response_mask.bool()]
     assert ((ratio < 0.8) | (ratio > 1.2)).float().mean() > 0.1
     assert capstone.sample is sample  # the replay is undone
+
+
+@pytest.fixture(scope="module")
+def mutant_reports() -> list[tuple[mutants.Mutant, bool, str]]:
+    """check_step's verdict and report on every single-edit version of the worked step, shared by the tests below
+    (one check, two steps of both the reference and the mutant, per mutant)."""
+    reports = []
+    for mutant in mutants.mutants(solutions.my_step):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            reports.append((mutant, capstone.check_step(mutant.fn), out.getvalue()))
+    return reports
+
+
+@pytest.mark.slow
+def test_every_wrong_mutant_of_the_worked_step_is_refused_with_its_kind_named(mutant_reports):
+    wrong = [(m, passed, out) for m, passed, out in mutant_reports if m.edit not in capstone.EQUIVALENT_MUTANTS]
+    assert {m.kind for m, _, _ in wrong} >= {mutants.SIGN, mutants.AXIS, mutants.BIASED_STD, mutants.MIN_MAX,
+                                             mutants.PADDING, mutants.MASK, mutants.CLIP, mutants.DETACH_MISSING}
+    unnamed = [f"({m.kind}) {m.edit}" for m, passed, out in wrong
+               if passed or not (f"({m.kind})" in out or "my_step raised" in out)]  # an error: shown with its line
+    assert not unnamed, unnamed
+
+
+@pytest.mark.slow
+def test_the_mutants_listed_as_right_pass_the_check(mutant_reports):
+    assert {m.edit for m, passed, _ in mutant_reports if passed} == set(capstone.EQUIVALENT_MUTANTS)

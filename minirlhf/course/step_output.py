@@ -15,4 +15,4 @@ class StepOutput:
     completions: list[str]  # (B,) the sampled answers, B = len(prompts) · group_size, grouped by prompt
     rewards: torch.Tensor  # (B,)
     advantages: torch.Tensor  # (B,)
-    loss: torch.Tensor  # the loss that was minimised (a scalar)
+    loss: torch.Tensor  # the loss that was minimised (a scalar), detached: a value to log
