@@ -201,6 +201,15 @@ def test_approx_kl_worked_solution_measures_the_spread_it_names():
     assert f"{k3_std:.4f}" in worked and f"{k1_std:.4f}" in worked
 
 
+def test_a_refused_answer_rounded_too_far_is_told_to_give_more_digits(capsys):
+    # 0.3961 nats rounded to 0.40 is outside approx-kl-expectation's tol 1e-3; the reverse KL, 0.3653, is wrong
+    assert quiz.check_number("approx-kl-expectation", 0.40) is False
+    assert "if you rounded, give 3 significant digits" in capsys.readouterr().out
+    assert quiz.check_number("approx-kl-expectation", 0.3653) is False
+    assert "rounded" not in capsys.readouterr().out
+    assert quiz.check_number("approx-kl-expectation", 0.396) is True
+
+
 def test_gspo_token_weight_is_the_same_for_every_token_of_an_answer():
     log_ratios = (0.3, -0.1, 0.2, 0.0)
     weights = {quiz.solution("gspo-token-weight", log_ratios=log_ratios, t=t) for t in range(len(log_ratios))}

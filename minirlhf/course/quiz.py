@@ -781,6 +781,10 @@ def _call(function: str, exercise_id: str, params: dict) -> str:
     return f"quiz.{function}({', '.join(arguments)})"
 
 
+# a refused answer this close (relatively) to the library's may be a right one rounded: check_number says so
+ROUNDING_HINT_RTOL = 1e-2
+
+
 def check_number(exercise_id: str, value: float | None, tol: float | None = None, **params) -> bool:
     """Print whether `value` matches the library's answer (within tol, absolute or relative); return it.
 
@@ -798,6 +802,9 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
     if ok:
         print(f"Correct! {question} = {expected:.4f}")
     else:
-        print(f"Not quite: {value} is off for: {question} Try again, or see the worked solution with "
-              f"{_call('show_solution', exercise_id, params)}")
+        rounded = math.isclose(float(value), expected, rel_tol=ROUNDING_HINT_RTOL)  # e.g. 0.40 for 0.3961 at tol 1e-3
+        print(f"Not quite: {value} is off for: {question} "
+              + (f"It is within {ROUNDING_HINT_RTOL:.0%} of the answer, outside the tolerance {tol:g}: if you "
+                 f"rounded, give 3 significant digits. " if rounded else "")
+              + f"Try again, or see the worked solution with {_call('show_solution', exercise_id, params)}")
     return ok
