@@ -128,6 +128,14 @@ WRONG_STEPS = [
     ("the clipped term alone", _edited_solution("torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)",
                                                 "torch.clamp(ratio, 1 - eps, 1 + eps) * A"),
      f"{SECOND_STEP}: loss value: (unclipped term dropped)"),
+    ("one ratio per answer, the product of its tokens'", _edited_solution(
+        "    A = advantages[:, None]\n"
+        "    objective = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)\n"
+        "    loss = -torch.where(mask, objective, torch.zeros_like(objective)).sum() / mask.sum()  # token mean\n",
+        "    ratio = ratio.prod(-1)  # one ratio per answer\n    A = advantages\n"
+        "    objective = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)\n"
+        "    loss = -objective.mean()\n"),
+     f"{SECOND_STEP}: loss value: expected"),  # both losses about 1e-7 at r = 1: no kind is read from them
     ("the sampling log-probs changed in place", _edited_solution(
         "    mask = rollout.response_mask.bool()\n",
         "    mask = rollout.response_mask.bool()\n    rollout.logprobs[~mask] = float('nan')  # 'masked'\n"),
