@@ -136,6 +136,11 @@ WRONG_STEPS = [
         "    objective = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)\n"
         "    loss = -objective.mean()\n"),
      f"{SECOND_STEP}: loss value: expected"),  # both losses about 1e-7 at r = 1: no kind is read from them
+    ("no guard for a constant group", _edited_solution(GUARD, "advantages = (R - R.mean(1, keepdim=True)) / std"),
+     "the first step: advantages: (no guard for a constant group)"),
+    ("the log-probs under torch.no_grad()", _edited_solution(
+        "    logp = response_logprobs(", "    with torch.no_grad():\n        logp = response_logprobs("),
+     "hint: the loss has no graph to backpropagate"),
     ("the sampling log-probs changed in place", _edited_solution(
         "    mask = rollout.response_mask.bool()\n",
         "    mask = rollout.response_mask.bool()\n    rollout.logprobs[~mask] = float('nan')  # 'masked'\n"),

@@ -251,6 +251,12 @@ def _advantage_kind(advantages: torch.Tensor, rewards: torch.Tensor, expected: t
         candidates.append(("ε guard", f"your std has an ε added, (R - mean) / (std + {eps:.2g}), more than the check "
                                       f"allows (TRL's 1e-4): guard as the reference does, torch.where(std < 1e-4, 0, "
                                       f"(R - mean) / std.clamp_min(1e-4)): ", normalised(R - mean, std + eps)))
+    nan = advantages.isnan()
+    if nan.any() and advantages.shape == expected.shape and torch.allclose(
+            advantages.nan_to_num(0.0), expected.double(), rtol=1e-5, atol=1e-6):
+        return ("(no guard for a constant group) a group whose rewards are all equal has std 0, so (R - mean) / std "
+                "is 0/0 = nan there: give such a group advantage 0, torch.where(std < 1e-4, 0, (R - mean) / "
+                "std.clamp_min(1e-4)): ")
     return next((f"({kind}) {words}" for kind, words, value in candidates if value.shape == advantages.shape and
                  torch.allclose(advantages, value, rtol=1e-5, atol=1e-6)), "")
 
