@@ -105,6 +105,42 @@ WRONG_STEPS = [
      "the first step: advantages: (wrong axis) normalised over the whole batch"),
     ("old_logp recomputed", _edited_solution("logp - rollout.logprobs", "logp - logp.detach()"),
      f"{SECOND_STEP}: loss value: (old_logp recomputed) the ratio is 1 on every token"),
+    ("no optimizer.step()", _edited_solution("    optimizer.step()\n", ""),
+     "the first step: update: (optimizer.step() missing) no update at all, though the gradient is in .grad"),
+    ("optimizer.zero_grad() after loss.backward()", _edited_solution(
+        "    optimizer.zero_grad()\n    loss.backward()\n", "    loss.backward()\n    optimizer.zero_grad()\n"),
+     "is optimizer.zero_grad() called after loss.backward() (it belongs before it)"),
+    ("the reward in the loss for the advantage", _edited_solution("A = advantages[:, None]", "A = rewards[:, None]"),
+     "the first step: loss value: (reward for advantage)"),
+    ("the rewards returned as advantages", _edited_solution("advantages = advantages.reshape(-1)",
+                                                            "advantages = rewards.float()"),
+     "the first step: advantages: (no baseline) these are the rewards themselves"),
+    ("the group mean over the batch's std", _edited_solution(GUARD, "advantages = (R - R.mean(1, keepdim=True)) / "
+                                                                    "rewards.float().std()"),
+     "the first step: advantages: (wrong axis) the group's mean, but the std of the whole batch"),
+    ("old_logp recomputed with its gradient", _edited_solution(
+        "logp - rollout.logprobs", "logp - response_logprobs(model, rollout.input_ids, rollout.attention_mask, "
+                                   "rollout.response_mask, prompt_length=rollout.prompt_length)"),
+     "the first step: update: (detach missing) your update is about 0"),
+    ("the token sum over the number of answers", _edited_solution(".sum() / mask.sum()", ".sum() / len(prompts) / "
+                                                                                        "group_size"),
+     "loss value: (count of answers) the masked sum is divided by the number of answers"),
+    ("the clipped term alone", _edited_solution("torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)",
+                                                "torch.clamp(ratio, 1 - eps, 1 + eps) * A"),
+     f"{SECOND_STEP}: loss value: (unclipped term dropped)"),
+    ("one ratio per answer, the product of its tokens'", _edited_solution(
+        "    A = advantages[:, None]\n"
+        "    objective = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)\n"
+        "    loss = -torch.where(mask, objective, torch.zeros_like(objective)).sum() / mask.sum()  # token mean\n",
+        "    ratio = ratio.prod(-1)  # one ratio per answer\n    A = advantages\n"
+        "    objective = torch.minimum(ratio * A, torch.clamp(ratio, 1 - eps, 1 + eps) * A)\n"
+        "    loss = -objective.mean()\n"),
+     f"{SECOND_STEP}: loss value: expected"),  # both losses about 1e-7 at r = 1: no kind is read from them
+    ("no guard for a constant group", _edited_solution(GUARD, "advantages = (R - R.mean(1, keepdim=True)) / std"),
+     "the first step: advantages: (no guard for a constant group)"),
+    ("the log-probs under torch.no_grad()", _edited_solution(
+        "    logp = response_logprobs(", "    with torch.no_grad():\n        logp = response_logprobs("),
+     "hint: the loss has no graph to backpropagate"),
     ("the sampling log-probs changed in place", _edited_solution(
         "    mask = rollout.response_mask.bool()\n",
         "    mask = rollout.response_mask.bool()\n    rollout.logprobs[~mask] = float('nan')  # 'masked'\n"),
@@ -119,6 +155,50 @@ def test_a_wrong_step_is_refused_with_what_differs(name, step, words, capsys):
     assert words in capsys.readouterr().out
 
 
+def _probability_ratio_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):
+    """Right, written otherwise: zero_grad first, an ε guard, a ratio of probabilities, -min(x, y) as max(-x, -y)."""
+    optimizer.zero_grad(set_to_none=False)
+    rollout = sample(model, tokenizer, prompts, group_size=group_size, max_new_tokens=arithmetic.MAX_NEW_TOKENS,
+                     generator=generator)
+    rewards = torch.tensor(arithmetic.correctness_reward(rollout.prompts, rollout.completions))
+    R = rewards.double().view(-1, group_size)
+    advantages = ((R - R.mean(dim=1, keepdim=True)) / (R.std(dim=1, keepdim=True) + 1e-6)).flatten().float()
+    logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                             prompt_length=rollout.prompt_length)
+    mask = rollout.response_mask.float()
+    ratio = torch.where(mask.bool(), logp.exp() / rollout.logprobs.exp(), torch.ones_like(logp))
+    A = advantages.unsqueeze(1)
+    per_token = torch.maximum(-ratio * A, -torch.clamp(ratio, 1 - eps, 1 + eps) * A)
+    loss = (per_token * mask).sum() / mask.sum()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+    optimizer.step()
+    return capstone.StepOutput(list(rollout.completions), rewards, advantages, loss.detach())
+
+
+def _loop_over_groups_step(model, tokenizer, optimizer, prompts, generator, group_size, eps):
+    """Right, written otherwise: advantages group by group in a loop, the loss over the response tokens selected."""
+    rollout = sample(model, tokenizer, prompts, group_size=group_size, max_new_tokens=arithmetic.MAX_NEW_TOKENS,
+                     generator=generator)
+    rewards = torch.tensor(arithmetic.correctness_reward(rollout.prompts, rollout.completions), dtype=torch.float32)
+    advantages = torch.zeros_like(rewards)
+    for g in range(0, len(rewards), group_size):
+        group = rewards[g:g + group_size]
+        if group.std() > 0:
+            advantages[g:g + group_size] = (group - group.mean()) / group.std()
+    logp = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
+                             prompt_length=rollout.prompt_length)
+    keep = rollout.response_mask.bool()
+    ratio = (logp - rollout.logprobs)[keep].exp()  # (number of response tokens,)
+    A = advantages[:, None].expand_as(logp)[keep]
+    loss = -torch.minimum(ratio * A, ratio.clamp(1 - eps, 1 + eps) * A).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    return capstone.StepOutput(rollout.completions, rewards, advantages, loss.detach())
+
+
 RIGHT_STEPS = [
     ("TRL's ε guard, std + 1e-4", _edited_solution(GUARD, "advantages = (R - R.mean(1, keepdim=True)) / (std + 1e-4)")),
     ("the mask as a product", _edited_solution("-torch.where(mask, objective, torch.zeros_like(objective)).sum()",
@@ -126,6 +206,8 @@ RIGHT_STEPS = [
     ("the clip with keywords", _edited_solution("torch.clamp(ratio, 1 - eps, 1 + eps)",
                                                 "ratio.clamp(min=1 - eps, max=1 + eps)")),
     ("the library's advantages and loss", _step()),
+    ("zero_grad first, a probability ratio, max of negatives", _probability_ratio_step),
+    ("advantages in a loop, the response tokens selected", _loop_over_groups_step),
 ]
 
 

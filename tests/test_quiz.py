@@ -185,6 +185,31 @@ def test_approx_kl_expectation_is_the_kl_from_the_sampling_policy():
         quiz.solution("approx-kl-expectation", p_old=(0.9, 0.1, 0.0))
 
 
+def test_approx_kl_worked_solution_measures_the_spread_it_names():
+    # k3's zero-mean (r - 1) term does not always lower the spread: here k3's std under p_θold exceeds k1's
+    p_old, p_new = (0.9, 0.1), (0.1, 0.9)
+    ratios = [q / p for p, q in zip(p_old, p_new)]
+
+    def std(values):
+        mean = sum(p * v for p, v in zip(p_old, values))
+        return math.sqrt(sum(p * (v - mean) ** 2 for p, v in zip(p_old, values)))
+
+    k1_std, k3_std = std([-math.log(r) for r in ratios]), std([r - 1 - math.log(r) for r in ratios])
+    assert k3_std > k1_std
+    worked = quiz.worked_solution("approx-kl-expectation", p_old=p_old, p_new=p_new)
+    assert "lowers the spread" not in worked
+    assert f"{k3_std:.4f}" in worked and f"{k1_std:.4f}" in worked
+
+
+def test_a_refused_answer_rounded_too_far_is_told_to_give_more_digits(capsys):
+    # 0.3961 nats rounded to 0.40 is outside approx-kl-expectation's tol 1e-3; the reverse KL, 0.3653, is wrong
+    assert quiz.check_number("approx-kl-expectation", 0.40) is False
+    assert "if you rounded, give 3 significant digits" in capsys.readouterr().out
+    assert quiz.check_number("approx-kl-expectation", 0.3653) is False
+    assert "rounded" not in capsys.readouterr().out
+    assert quiz.check_number("approx-kl-expectation", 0.396) is True
+
+
 def test_gspo_token_weight_is_the_same_for_every_token_of_an_answer():
     log_ratios = (0.3, -0.1, 0.2, 0.0)
     weights = {quiz.solution("gspo-token-weight", log_ratios=log_ratios, t=t) for t in range(len(log_ratios))}

@@ -49,6 +49,9 @@ LOSS_RTOL = 1e-4  # float32: the loss is a mean of a few hundred terms (a known 
 # (R - mean) / (std + ε) with TRL's ε = 1e-4, moves them by ε / std < 3e-4 (0/1 rewards in a group of 8: std ≥ 0.35);
 # a mistake moves them by far more (the biased std by 7%)
 GUARD_RTOL = 1e-3
+# below this size a loss is float32's rounding of a sum that cancels (at r = 1 the token mean of group-centred Â is
+# about 1e-7): two such values name no mistake, so the first step leaves the verdict to the weight update
+LOSS_NOISE = 1e-6
 UPDATE_RTOL = 1e-3  # relative size of the difference of the two weight updates
 # check_step compares updates under plain SGD, so the update is the (clipped) gradient times CHECK_LR; a rate this
 # large moves the policy enough that, on the batch's second epoch, many ratios leave [1 - ε, 1 + ε] and the clip acts
@@ -157,6 +160,7 @@ class _Run:
     updates: list[torch.Tensor] = field(default_factory=list)  # the weight update each step made
     rollouts: list[Rollout] = field(default_factory=list)  # the batch each step trained on
     changed: list[list[str]] = field(default_factory=list)  # per step, the batch's tensors it changed in place
+    gradient_left: list[bool] = field(default_factory=list)  # per step, whether .grad holds a non-zero gradient
     error: BaseException | None = None  # what a step raised, and where
     where: str = ""
 
@@ -182,6 +186,7 @@ def _run(step: StepFn, model: nn.Module, tokenizer, prompts: list[str], seed: in
                 break
             run.outputs.append(out)
             run.updates.append(_weights(model) - before)
+            run.gradient_left.append(any(p.grad is not None and bool(p.grad.any()) for p in model.parameters()))
             run.changed.append(_changed(replay.batches[epoch], replay.copies[epoch]) if epoch < len(replay.batches)
                                else [])
             if not isinstance(out, StepOutput):
@@ -234,6 +239,9 @@ def _advantage_kind(advantages: torch.Tensor, rewards: torch.Tensor, expected: t
         (mutants.AXIS, "", normalised(R - R.mean(0, keepdim=True), std)),
         (mutants.AXIS, "normalised over the whole batch, not within each group of G: ",
          ((R - R.mean()) / R.std()).reshape(-1)),
+        (mutants.AXIS, "the group's mean, but the std of the whole batch: ", ((R - mean) / R.std()).reshape(-1)),
+        ("no baseline", "these are the rewards themselves: subtract the group mean and divide by the group std: ",
+         R.reshape(-1)),
         (mutants.MIN_MAX, "the std's floor is a ceiling (clamp_max for clamp_min), so every group with a spread is "
                           "divided by 1e-4: ", normalised(R - mean, std, lambda s: s.clamp_max(1e-4))),
     ]
@@ -243,11 +251,18 @@ def _advantage_kind(advantages: torch.Tensor, rewards: torch.Tensor, expected: t
         candidates.append(("ε guard", f"your std has an ε added, (R - mean) / (std + {eps:.2g}), more than the check "
                                       f"allows (TRL's 1e-4): guard as the reference does, torch.where(std < 1e-4, 0, "
                                       f"(R - mean) / std.clamp_min(1e-4)): ", normalised(R - mean, std + eps)))
+    nan = advantages.isnan()
+    if nan.any() and advantages.shape == expected.shape and torch.allclose(
+            advantages.nan_to_num(0.0), expected.double(), rtol=1e-5, atol=1e-6):
+        return ("(no guard for a constant group) a group whose rewards are all equal has std 0, so (R - mean) / std "
+                "is 0/0 = nan there: give such a group advantage 0, torch.where(std < 1e-4, 0, (R - mean) / "
+                "std.clamp_min(1e-4)): ")
     return next((f"({kind}) {words}" for kind, words, value in candidates if value.shape == advantages.shape and
                  torch.allclose(advantages, value, rtol=1e-5, atol=1e-6)), "")
 
 
-def _loss_kind(loss: torch.Tensor, model: nn.Module, rollout: Rollout, advantages: torch.Tensor, eps: float) -> str:
+def _loss_kind(loss: torch.Tensor, model: nn.Module, rollout: Rollout, advantages: torch.Tensor, rewards: torch.Tensor,
+               eps: float) -> str:
     """The kind of mistake a step's loss shows, read from the policy the step started from, as a label (with where
     the mistake is, when the kind alone does not say), or ""."""
     with torch.no_grad():
@@ -264,7 +279,7 @@ def _loss_kind(loss: torch.Tensor, model: nn.Module, rollout: Rollout, advantage
     def token_mean(x):
         return torch.where(keep, x, torch.zeros_like(x)).sum() / keep.sum()
 
-    def surrogate_loss(r):
+    def surrogate_loss(r, A=A):
         return -token_mean(torch.minimum(r * A, torch.clamp(r, 1 - eps, 1 + eps) * A))
     objective = torch.minimum(ratio * A, clipped * A)
     in_ratio = "in the ratio, r = exp(logp - old_logp), the new log-prob minus the sampling one: "
@@ -285,6 +300,13 @@ def _loss_kind(loss: torch.Tensor, model: nn.Module, rollout: Rollout, advantage
         (mutants.MASK, "", -objective.mean()),
         (mutants.MASK, "the sum counts every position, the prompt's and the padding's (each adds its Â, with r = 1 "
                        "there), not only the response's: ", -objective.sum() / keep.sum()),
+        ("reward for advantage", "the loss weighs the tokens by the reward R, not by the advantage Â: ",
+         surrogate_loss(ratio, rewards.double().to(A.device)[:, None])),
+        ("count of answers", "the masked sum is divided by the number of answers, not by the number of real response "
+                             "tokens (mask.sum()): ",
+         -torch.where(keep, objective, torch.zeros_like(objective)).sum() / keep.shape[0]),
+        ("unclipped term dropped", "the loss is clip(r, 1 - ε, 1 + ε) Â alone: take the min with r Â, so that the clip "
+                                   "only ever removes an incentive: ", -token_mean(clipped * A)),
     ]
     for low, high in ((eps - 1, 1 + eps), (1 + eps, 1 + eps), (1 - eps, 1 - eps)):  # a sign flipped in the clip range
         candidates.append((mutants.SIGN, "in the clip range: ",
@@ -344,9 +366,18 @@ def _update_problem(actual: _Run, expected: _Run, epoch: int, start: nn.Module) 
     if gap <= UPDATE_RTOL:
         return ""
     cosine = float(torch.nn.functional.cosine_similarity(mine, theirs, dim=0)) if mine.norm() > 0 else 0.0
-    if mine.norm() == 0:
-        words = (f"({mutants.DETACH_EXTRA}) no update at all: is optimizer.step() called, and is the loss built from "
-                 f"log-probs with a gradient (no .detach(), no torch.no_grad())?")
+    if mine.norm() == 0 and actual.gradient_left[epoch]:
+        words = ("(optimizer.step() missing) no update at all, though the gradient is in .grad: call "
+                 "optimizer.step() after loss.backward() and the gradient clipping")
+    elif mine.norm() == 0:
+        words = (f"({mutants.DETACH_EXTRA}) no update at all, and no gradient left in .grad: is optimizer.zero_grad() "
+                 f"called after loss.backward() (it belongs before it), or the loss built from log-probs without a "
+                 f"gradient (.detach(), torch.no_grad())?")
+    elif mine.norm() < 1e-3 * theirs.norm():
+        words = (f"({mutants.DETACH_MISSING}) your update is about 0, {float(mine.norm() / theirs.norm()):.1g} of the "
+                 f"reference's: the ratio's gradient cancels when old_logp carries the same gradient as logp "
+                 f"(recomputed without torch.no_grad()): use rollout.logprobs, the log-probs the answers were "
+                 f"sampled with")
     elif epoch > 0 and not _update_problem(actual, expected, 0, start):
         words = ("(gradient accumulated) the first step's update is right, the second's is not: the first step's "
                  "gradient is still in .grad. Call optimizer.zero_grad() before loss.backward()")
@@ -398,8 +429,9 @@ def _step_problems(actual: _Run, expected: _Run, epoch: int, start: nn.Module, t
         kind = _advantage_kind(advantages, rewards, wanted.advantages, 8)
         return [f"advantages: {kind}expected {wanted.advantages.tolist()}, got {advantages.tolist()} "
                 f"(group-normalised: (R - mean) / std within each group of G, sample std, 0 for a constant group)"]
-    if not torch.allclose(loss, wanted.loss.double(), rtol=GUARD_RTOL, atol=1e-7):
-        kind = _loss_kind(loss, start, expected.rollouts[epoch], wanted.advantages, 0.2)
+    noise = max(float(loss.abs().max()), float(wanted.loss.abs())) < LOSS_NOISE
+    if not noise and not torch.allclose(loss, wanted.loss.double(), rtol=GUARD_RTOL, atol=1e-7):
+        kind = _loss_kind(loss, start, expected.rollouts[epoch], wanted.advantages, wanted.rewards, 0.2)
         return [f"loss value: {kind}expected {wanted.loss.item():.6g}, got {loss.item():.6g} (minus the clipped "
                 f"surrogate min(r Â, clip(r, 1 - ε, 1 + ε) Â) averaged over the real response tokens of the batch, "
                 f"with the sampling log-probs as old_logp)"]

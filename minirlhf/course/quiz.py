@@ -340,7 +340,13 @@ def _approx_kl_expectation_steps(p_old: Sequence[float], p_new: Sequence[float])
     # E_p_θold[k3] = -E_p_θold[log r] = KL(p_θold ‖ p_θ)
     ratios = [q / p for p, q in zip(p_old, p_new, strict=True)]
     k3 = [r - 1 - math.log(r) for r in ratios]
+
+    def std(values: list[float]) -> float:  # under p_θold, the distribution the samples come from
+        mean = sum(p * v for p, v in zip(p_old, values))
+        return math.sqrt(max(sum(p * (v - mean) ** 2 for p, v in zip(p_old, values)), 0.0))
+
     return {"ratios": _numbers(ratios), "k3": _numbers(k3), "mean_ratio": sum(p * r for p, r in zip(p_old, ratios)),
+            "k1_std": std([-math.log(r) for r in ratios]), "k3_std": std(k3),
             "reverse": sum(q * math.log(q / p) for p, q in zip(p_old, p_new)),
             "answer": sum(p * math.log(p / q) for p, q in zip(p_old, p_new))}
 
@@ -507,7 +513,8 @@ EXERCISES_LIST = [
              "Per outcome r = p_θ/p_θold = {ratios} and k3 = (r - 1) - log r = {k3}: none negative, since "
              "log r ≤ r - 1 (log lies below its tangent at r = 1), with equality only at r = 1.\n"
              "E_p_θold[r] = Σ_y p_θold(y)·p_θ(y)/p_θold(y) = Σ_y p_θ(y) = {mean_ratio:.4f}: the (r - 1) term "
-             "averages to 0 (a zero-mean term that lowers the spread), so E[k3] = -E_p_θold[log r] = "
+             "averages to 0, so it changes the spread, not the mean (per-sample std {k3_std:.4f} here against "
+             "{k1_std:.4f} for k1 = -log r), and E[k3] = -E_p_θold[log r] = "
              "Σ_y p_θold log(p_θold/p_θ) = KL(p_θold ‖ p_θ) = {answer:.4f} nats.\n"
              "The other direction, KL(p_θ ‖ p_θold) = {reverse:.4f}, is what samples from p_θ would estimate; "
              "approx_kl's samples come from p_θold.",
@@ -774,6 +781,10 @@ def _call(function: str, exercise_id: str, params: dict) -> str:
     return f"quiz.{function}({', '.join(arguments)})"
 
 
+# a refused answer this close (relatively) to the library's may be a right one rounded: check_number says so
+ROUNDING_HINT_RTOL = 1e-2
+
+
 def check_number(exercise_id: str, value: float | None, tol: float | None = None, **params) -> bool:
     """Print whether `value` matches the library's answer (within tol, absolute or relative); return it.
 
@@ -791,6 +802,9 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
     if ok:
         print(f"Correct! {question} = {expected:.4f}")
     else:
-        print(f"Not quite: {value} is off for: {question} Try again, or see the worked solution with "
-              f"{_call('show_solution', exercise_id, params)}")
+        rounded = math.isclose(float(value), expected, rel_tol=ROUNDING_HINT_RTOL)  # e.g. 0.40 for 0.3961 at tol 1e-3
+        print(f"Not quite: {value} is off for: {question} "
+              + (f"It is within {ROUNDING_HINT_RTOL:.0%} of the answer, outside the tolerance {tol:g}: if you "
+                 f"rounded, give 3 significant digits. " if rounded else "")
+              + f"Try again, or see the worked solution with {_call('show_solution', exercise_id, params)}")
     return ok

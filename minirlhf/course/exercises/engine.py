@@ -477,6 +477,10 @@ ERROR_HINTS = {  # words of a torch error: what the student most likely did
                                             "torch ops from the inputs to the result",
     "used in an in-place operation": "an input is changed in place (x *= ..., x[...] = ...): work on a copy, "
                                      "x = x * mask",
+    "does not require grad and does not have a grad_fn": "the loss has no graph to backpropagate: what it is built "
+                                                         "from was computed under torch.no_grad() or detached "
+                                                         "(.detach(), .item(), torch.tensor(...) of computed numbers): "
+                                                         "compute the log-probs with a gradient",
     "invalid for input of size": "the view does not fit the number of elements: rewards.view(-1, G) gives one row "
                                  "per group of G consecutive rewards",
 }
