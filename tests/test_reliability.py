@@ -111,6 +111,27 @@ def test_two_processes_racing_for_one_out_dir_one_holds_it_the_other_names_the_h
     assert not (tmp_path / "run" / LOCK_FILE).exists()
 
 
+def test_a_run_refused_before_the_holder_has_recorded_itself_still_names_it(tmp_path):
+    """The holder takes the lock, then writes its record: a run refused in between waits for the record instead of
+    naming an empty one."""
+    import fcntl
+    import threading
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # held, nothing recorded yet
+    record = json.dumps({"pid": 4242, "host": "elsewhere", "started": "2026-12-03 07:00:00 UTC"}).encode()
+    writer = threading.Timer(0.3, lambda: os.pwrite(fd, record, 0))
+    writer.start()
+    try:
+        with pytest.raises(UserError, match=r"in use by another run \(pid 4242 on elsewhere, started 2026-12-03"):
+            hold_run_folder(folder)
+    finally:
+        writer.join()
+        os.close(fd)
+
+
 def test_resuming_a_moved_run_writes_into_its_own_folder(tmp_path, capsys):
     """Run into exp, move it to exp-old, start another run in exp, resume exp-old: the new run stays untouched."""
     main([*CLI, "--steps", "1", "--out-dir", str(tmp_path / "exp")])

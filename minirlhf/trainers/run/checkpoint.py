@@ -440,7 +440,7 @@ def hold_run_folder(out_dir: str | os.PathLike) -> None:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_lock(fd)
+            holder = _holder_of_held_lock(fd)
             os.close(fd)
             raise UserError(
                 f"{folder} is in use by another run ({holder}); wait for it to finish, or choose another out_dir"
@@ -468,6 +468,17 @@ def release_run_folder(out_dir: str | os.PathLike) -> None:
 
 
 _HELD: dict[Path, int] = {}  # out_dir (resolved) -> the open, locked lock file of this process's run
+
+
+def _holder_of_held_lock(fd: int, wait: float = 2.0) -> str:
+    """The holder of a lock file that another process holds, in words. The holder writes its record just after it
+    takes the lock, so a process refused in between finds the file empty: it reads again for up to `wait` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        holder = _read_lock(fd)
+        if holder.startswith("pid ") or time.monotonic() > deadline:
+            return holder or "its holder has not recorded itself yet"
+        time.sleep(0.02)
 
 
 def _read_lock(fd: int) -> str:
