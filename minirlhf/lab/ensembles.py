@@ -16,7 +16,6 @@ openings and random numbers for both arms, and how far each arm's gold fell from
 from __future__ import annotations
 
 import functools
-import math
 import statistics
 
 import minirlhf.lab.overoptimisation as overoptimisation
@@ -39,9 +38,8 @@ def holds(arms: dict) -> bool:
 
 def final_gap(arms: dict) -> tuple[float, float]:
     """The ensemble's final gold minus the weak proxy's, and the standard error of that paired difference."""
-    differences = [e - w for e, w in zip(arms["ensemble"]["final_gold_per_opening"],
-                                         arms["weak"]["final_gold_per_opening"], strict=True)]
-    return statistics.fmean(differences), statistics.stdev(differences) / math.sqrt(len(differences))
+    ensemble, weak = arms["ensemble"]["final_gold_per_opening"], arms["weak"]["final_gold_per_opening"]
+    return statistics.fmean(ensemble) - statistics.fmean(weak), overoptimisation.paired_stderr(ensemble, weak)
 
 
 def across(seeds: list[dict]) -> dict:

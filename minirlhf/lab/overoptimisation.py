@@ -125,11 +125,12 @@ def turn(gold: list[list[float]]) -> dict:
     stderr = [statistics.stdev(g) / math.sqrt(len(g)) for g in gold]
     peak = max(range(len(means)), key=means.__getitem__)
     return {"gold": means, "gold_stderr": stderr, "peak": peak, "peak_gold": means[peak], "final_gold": means[-1],
-            "rise": means[peak] - means[0], "rise_stderr": _paired_stderr(gold[peak], gold[0]),
-            "fall": means[peak] - means[-1], "fall_stderr": _paired_stderr(gold[peak], gold[-1])}
+            "rise": means[peak] - means[0], "rise_stderr": paired_stderr(gold[peak], gold[0]),
+            "fall": means[peak] - means[-1], "fall_stderr": paired_stderr(gold[peak], gold[-1])}
 
 
-def _paired_stderr(a: list[float], b: list[float]) -> float:
+def paired_stderr(a: list[float], b: list[float]) -> float:
+    """The standard error of the mean of a − b, paired item by item (the same held-out openings)."""
     differences = [x - y for x, y in zip(a, b, strict=True)]
     return statistics.stdev(differences) / math.sqrt(len(differences))
 
