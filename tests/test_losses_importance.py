@@ -305,3 +305,22 @@ def test_a_lagging_sampler_samples_from_the_weights_of_lag_steps_before(monkeypa
 def test_a_sampler_lag_out_of_range_is_refused(lag):
     with pytest.raises(ValueError, match="GRPOConfig.sampler_lag"):
         GRPOConfig(**TINY, sampler_lag=lag)
+
+
+def test_a_resume_without_lag_keeps_no_stale_weights(monkeypatch, tmp_path):
+    """A checkpoint of a lagging run holds its window of past weights; resumed with sampler_lag = 0 (a warned
+    change of settings), the run samples on-policy and keeps none of them in memory (was: one stale copy)."""
+    import minirlhf.trainers.online as online
+
+    windows, real_collect = [], online.OnlineRun.collect
+
+    def spy_collect(self):
+        windows.append((self.sampler, len(self.past_weights)))
+        return real_collect(self)
+
+    out = str(tmp_path / "run")
+    train_grpo(None, GRPOConfig(**TINY, sampler_lag=2, save_every=1, out_dir=out))
+    monkeypatch.setattr(online.OnlineRun, "collect", spy_collect)
+    with pytest.warns(UserWarning, match="sampler_lag: 2 -> 0"):
+        train_grpo(None, GRPOConfig(**(TINY | {"steps": 3}), sampler_lag=0, resume=out))
+    assert windows == [(None, 0)]

@@ -213,8 +213,9 @@ class OnlineRun(Run):
         self.beta = self.loop_state.get("beta", config.beta)  # β_t: the KL coefficient of this step
         # sampler_lag = L: θ at the start of the last L + 1 steps, oldest first; μ samples from the oldest
         self.sampler = frozen_copy(model) if config.sampler_lag else None
+        # (a resume into sampler_lag = 0 drops a checkpoint's window: no stale copy kept that nothing reads)
         self.past_weights: deque[dict[str, torch.Tensor]] = deque(
-            self.loop_state.get("past_weights") or ([weights_of(model)] if config.sampler_lag else []),
+            (self.loop_state.get("past_weights") or [weights_of(model)]) if config.sampler_lag else [],
             maxlen=config.sampler_lag + 1)
 
     def log(self, step: int, metrics: dict[str, Any], **loop_state: Any) -> None:
