@@ -324,3 +324,18 @@ def test_a_resume_without_lag_keeps_no_stale_weights(monkeypatch, tmp_path):
     with pytest.warns(UserWarning, match="sampler_lag: 2 -> 0"):
         train_grpo(None, GRPOConfig(**(TINY | {"steps": 3}), sampler_lag=0, resume=out))
     assert windows == [(None, 0)]
+
+
+def test_the_lagging_samplers_copy_of_tied_weights_is_one_copy():
+    """weights_of, the window's copy of θ: tiny-sft ties its embedding and LM head (two names of one tensor); the
+    copy keeps them one tensor, as many numbers as the model has parameters (was: the embedding cloned twice)."""
+    from minirlhf.trainers.online import weights_of
+    from minirlhf.trainers.run import load_policy
+
+    model, _ = load_policy(GRPOConfig(**TINY))
+    copy = weights_of(model)
+    distinct = {tensor.data_ptr(): tensor for tensor in copy.values()}
+    assert sum(t.numel() for t in distinct.values()) == sum(p.numel() for p in model.parameters())
+    assert copy.keys() == model.state_dict().keys()
+    model.load_state_dict(copy)  # still loads back
+    assert all(torch.equal(copy[name], tensor) for name, tensor in model.state_dict().items())

@@ -613,5 +613,13 @@ def diagnose(
 
 
 def weights_of(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of `model`'s weights as they are now (its state dict, detached and cloned)."""
-    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    """A copy of `model`'s weights as they are now (its state dict, detached and cloned). Tied weights (GPT-2's
+    embedding and LM head: two names, one tensor) stay one tensor, cloned once: one copy of the model, no more."""
+    copies: dict[tuple[int, torch.Size], torch.Tensor] = {}  # (storage address, shape) -> its clone
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tensor.shape)
+        if key not in copies:
+            copies[key] = tensor.detach().clone()
+        weights[name] = copies[key]
+    return weights
