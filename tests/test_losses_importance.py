@@ -339,3 +339,17 @@ def test_the_lagging_samplers_copy_of_tied_weights_is_one_copy():
     assert copy.keys() == model.state_dict().keys()
     model.load_state_dict(copy)  # still loads back
     assert all(torch.equal(copy[name], tensor) for name, tensor in model.state_dict().items())
+
+
+@pytest.mark.parametrize("method", ["ppo", "reinforce"])
+def test_ppo_and_reinforce_log_how_far_a_lagging_sampler_was(method):
+    """PPO and REINFORCE have no correction for a sampler μ that is not p_θold, but they sample from it all the
+    same (sampler_lag, top-p, bf16): each step logs the gap |log p_θold − log μ| as GRPO does (was: nothing)."""
+    from minirlhf.trainers.ppo import PPOConfig, train_ppo
+    from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
+
+    config_cls, train = {"ppo": (PPOConfig, train_ppo), "reinforce": (ReinforceConfig, train_reinforce)}[method]
+    config = config_cls(**(TINY | {"steps": 3, "lr": 1e-2}), minibatch_size=8, sampler_lag=1)
+    history = [row for row in train(None, config)[2] if "loss" in row]
+    assert len(history) == 3
+    assert history[0]["sampler/logp_diff"] < 1e-5 < history[-1]["sampler/logp_diff"]
