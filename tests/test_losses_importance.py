@@ -353,3 +353,20 @@ def test_ppo_and_reinforce_log_how_far_a_lagging_sampler_was(method):
     history = [row for row in train(None, config)[2] if "loss" in row]
     assert len(history) == 3
     assert history[0]["sampler/logp_diff"] < 1e-5 < history[-1]["sampler/logp_diff"]
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+def test_a_lagging_sampler_keeps_lag_copies_beside_its_own(monkeypatch, lag):
+    """sampler_lag = L: the sampler's weights and the L steps after them, L + 1 copies of θ in all, one per step
+    of lag beside the sampler itself (was L + 2: the window also held a copy of the sampler's weights)."""
+    import minirlhf.trainers.online as online
+
+    copies, real_collect = [], online.OnlineRun.collect
+
+    def spy_collect(self):
+        copies.append(1 + len(self.past_weights))  # the sampler, and the dicts of weights waiting for it
+        return real_collect(self)
+
+    monkeypatch.setattr(online.OnlineRun, "collect", spy_collect)
+    train_grpo(None, GRPOConfig(**(TINY | {"steps": lag + 3}), sampler_lag=lag))
+    assert max(copies) == lag + 1
