@@ -305,3 +305,68 @@ def test_a_lagging_sampler_samples_from_the_weights_of_lag_steps_before(monkeypa
 def test_a_sampler_lag_out_of_range_is_refused(lag):
     with pytest.raises(ValueError, match="GRPOConfig.sampler_lag"):
         GRPOConfig(**TINY, sampler_lag=lag)
+
+
+def test_a_resume_without_lag_keeps_no_stale_weights(monkeypatch, tmp_path):
+    """A checkpoint of a lagging run holds its window of past weights; resumed with sampler_lag = 0 (a warned
+    change of settings), the run samples on-policy and keeps none of them in memory (was: one stale copy)."""
+    import minirlhf.trainers.online as online
+
+    windows, real_collect = [], online.OnlineRun.collect
+
+    def spy_collect(self):
+        windows.append((self.sampler, len(self.past_weights)))
+        return real_collect(self)
+
+    out = str(tmp_path / "run")
+    train_grpo(None, GRPOConfig(**TINY, sampler_lag=2, save_every=1, out_dir=out))
+    monkeypatch.setattr(online.OnlineRun, "collect", spy_collect)
+    with pytest.warns(UserWarning, match="sampler_lag: 2 -> 0"):
+        train_grpo(None, GRPOConfig(**(TINY | {"steps": 3}), sampler_lag=0, resume=out))
+    assert windows == [(None, 0)]
+
+
+def test_the_lagging_samplers_copy_of_tied_weights_is_one_copy():
+    """weights_of, the window's copy of θ: tiny-sft ties its embedding and LM head (two names of one tensor); the
+    copy keeps them one tensor, as many numbers as the model has parameters (was: the embedding cloned twice)."""
+    from minirlhf.trainers.online import weights_of
+    from minirlhf.trainers.run import load_policy
+
+    model, _ = load_policy(GRPOConfig(**TINY))
+    copy = weights_of(model)
+    distinct = {tensor.data_ptr(): tensor for tensor in copy.values()}
+    assert sum(t.numel() for t in distinct.values()) == sum(p.numel() for p in model.parameters())
+    assert copy.keys() == model.state_dict().keys()
+    model.load_state_dict(copy)  # still loads back
+    assert all(torch.equal(copy[name], tensor) for name, tensor in model.state_dict().items())
+
+
+@pytest.mark.parametrize("method", ["ppo", "reinforce"])
+def test_ppo_and_reinforce_log_how_far_a_lagging_sampler_was(method):
+    """PPO and REINFORCE have no correction for a sampler μ that is not p_θold, but they sample from it all the
+    same (sampler_lag, top-p, bf16): each step logs the gap |log p_θold − log μ| as GRPO does (was: nothing)."""
+    from minirlhf.trainers.ppo import PPOConfig, train_ppo
+    from minirlhf.trainers.reinforce import ReinforceConfig, train_reinforce
+
+    config_cls, train = {"ppo": (PPOConfig, train_ppo), "reinforce": (ReinforceConfig, train_reinforce)}[method]
+    config = config_cls(**(TINY | {"steps": 3, "lr": 1e-2}), minibatch_size=8, sampler_lag=1)
+    history = [row for row in train(None, config)[2] if "loss" in row]
+    assert len(history) == 3
+    assert history[0]["sampler/logp_diff"] < 1e-5 < history[-1]["sampler/logp_diff"]
+
+
+@pytest.mark.parametrize("lag", [1, 2])
+def test_a_lagging_sampler_keeps_lag_copies_beside_its_own(monkeypatch, lag):
+    """sampler_lag = L: the sampler's weights and the L steps after them, L + 1 copies of θ in all, one per step
+    of lag beside the sampler itself (was L + 2: the window also held a copy of the sampler's weights)."""
+    import minirlhf.trainers.online as online
+
+    copies, real_collect = [], online.OnlineRun.collect
+
+    def spy_collect(self):
+        copies.append(1 + len(self.past_weights))  # the sampler, and the dicts of weights waiting for it
+        return real_collect(self)
+
+    monkeypatch.setattr(online.OnlineRun, "collect", spy_collect)
+    train_grpo(None, GRPOConfig(**(TINY | {"steps": lag + 3}), sampler_lag=lag))
+    assert max(copies) == lag + 1

@@ -180,7 +180,8 @@ class OnlineRun(Run):
     `run.beta` is the step's β: config.beta, or the adaptive controller's (config.kl_target), which `log` moves
     after each step from the batch's kl_ref (`schedule.adaptive_kl_beta`) and keeps in the checkpoints. Under
     config.sampler_lag = L, `collect` samples from `run.sampler`, which holds θ as it was L steps before (the start's
-    in the first L steps); `log` keeps the last L + 1 steps' weights, in memory and in the checkpoints.
+    in the first L steps); `log` keeps the weights of the steps after it (at most L: L + 1 copies of θ in all, in
+    memory and in the checkpoints) and moves the sampler one step on once it is L behind.
     """
 
     def __init__(self, task: Task, config: OnlineConfig, runtime: Runtime, model: nn.Module,
@@ -211,11 +212,14 @@ class OnlineRun(Run):
         super().__init__(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
                          evaluate if task.evaluate or eval_ref is not None else None, callbacks, frozen, **modules)
         self.beta = self.loop_state.get("beta", config.beta)  # β_t: the KL coefficient of this step
-        # sampler_lag = L: θ at the start of the last L + 1 steps, oldest first; μ samples from the oldest
+        # sampler_lag = L: μ samples from `sampler`; `past_weights`: θ at the start of the steps after its weights,
+        # oldest first, at most L. A checkpoint keeps [sampler's, *past_weights]: a resume with a smaller L keeps
+        # the newest L + 1 of them, and one into sampler_lag = 0 none (no stale copy kept that nothing reads)
+        saved = self.loop_state.get("past_weights", [])[-(config.sampler_lag + 1):] if config.sampler_lag else []
         self.sampler = frozen_copy(model) if config.sampler_lag else None
-        self.past_weights: deque[dict[str, torch.Tensor]] = deque(
-            self.loop_state.get("past_weights") or ([weights_of(model)] if config.sampler_lag else []),
-            maxlen=config.sampler_lag + 1)
+        if saved:
+            self.sampler.load_state_dict(saved[0])
+        self.past_weights: deque[dict[str, torch.Tensor]] = deque(saved[1:])
 
     def log(self, step: int, metrics: dict[str, Any], **loop_state: Any) -> None:
         """`Run.log`, with the step's β logged (when there is a KL term) and, under the adaptive controller
@@ -227,16 +231,17 @@ class OnlineRun(Run):
             self.beta = adaptive_kl_beta(self.beta, metrics["kl_ref"], self.config.kl_target,
                                          self.config.batch_size, self.config.kl_horizon)
             loop_state |= {"beta": self.beta}
-        if self.sampler is not None:  # the weights the next step starts from join the sampler's window
+        if self.sampler is not None:  # the sampler moves one step on once L behind; the next step's θ joins the queue
+            if len(self.past_weights) == self.config.sampler_lag:
+                self.sampler.load_state_dict(self.past_weights.popleft())
             self.past_weights.append(weights_of(self.model))
-            loop_state |= {"past_weights": list(self.past_weights)}
+            # the sampler's own tensors, not a copy: the checkpoint is written before they change
+            loop_state |= {"past_weights": [self.sampler.state_dict(), *self.past_weights]}
         super().log(step, metrics, **loop_state)
 
     def collect(self) -> Experience:
         """A fresh batch of the step's prompts, sampled (each process its share), scored, with log p_ref, and
         gathered whole. Under config.sampler_lag the samples come from the stale weights (`run.sampler`)."""
-        if self.sampler is not None:
-            self.sampler.load_state_dict(self.past_weights[0])
         return collect(self.model, self.tokenizer, self.ref, self.task, self.config, self.rng, self.generator,
                        self.runtime, sampler=self.sampler)
 
@@ -612,5 +617,13 @@ def diagnose(
 
 
 def weights_of(model: nn.Module) -> dict[str, torch.Tensor]:
-    """A copy of `model`'s weights as they are now (its state dict, detached and cloned)."""
-    return {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    """A copy of `model`'s weights as they are now (its state dict, detached and cloned). Tied weights (GPT-2's
+    embedding and LM head: two names, one tensor) stay one tensor, cloned once: one copy of the model, no more."""
+    copies: dict[tuple[int, torch.Size], torch.Tensor] = {}  # (storage address, shape) -> its clone
+    weights = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tensor.shape)
+        if key not in copies:
+            copies[key] = tensor.detach().clone()
+        weights[name] = copies[key]
+    return weights

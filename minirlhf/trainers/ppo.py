@@ -36,6 +36,7 @@ from torch import nn
 
 from minirlhf.logprobs import forward_logits, logprobs_on_response
 from minirlhf.losses import (
+    behaviour_metrics,
     check_gae,
     entropy_bonus,
     explained_variance,
@@ -128,6 +129,8 @@ def train_ppo(task: Task | None = None, config: PPOConfig | None = None, model=N
         metrics = run.evaluate(step)
         # 1. sample y ~ p_θold, score R(x, y), record log p_θold (from sampling) and log p_ref
         exp = run.collect()
+        if config.samples_off_policy:  # μ is not p_θold (no correction here): how far it was, as GRPO logs it
+            metrics |= behaviour_metrics(exp.old_logp, exp.behaviour_logp, exp.mask, "none")
         mask = exp.mask  # (B, N)
         with torch.no_grad():
             # V_old(s_t), once per batch: the baseline of GAE and the anchor of value clipping (each process its

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from minirlhf.diagnostics import zero_std_groups
 from minirlhf.losses import (
+    behaviour_metrics,
     check_ema_decay,
     check_group_size,
     ema_baseline,
@@ -81,6 +82,8 @@ def train_reinforce(
         metrics = run.evaluate(step)
         exp = run.collect()
         metrics |= experience_metrics(exp)
+        if config.samples_off_policy:  # μ is not p_θold (no correction here): how far it was, as GRPO logs it
+            metrics |= behaviour_metrics(exp.old_logp, exp.behaviour_logp, exp.mask, "none")
         if config.group_size > 1:  # the share of groups whose G rewards are all equal (as GRPO logs it)
             metrics["zero_std_groups"] = zero_std_groups(exp.rewards, config.group_size)
         if config.baseline in PER_TOKEN_BASELINES:
