@@ -18,7 +18,8 @@ class Effect:
 
     settings(quick) -> the task knobs, trainer fields and arms (quick: a few steps, for a smoke test);
     run_seed(seed, settings) -> that seed's figures, per arm;  holds(figures) -> the criterion on one seed;
-    across(all seeds' figures) -> the effect size, its range, and any check across seeds ("ranges_apart");
+    across(all seeds' figures) -> the effect size and its range;  holds_across(all seeds' figures) -> the part of
+    the criterion that only the seeds together can judge (True when there is none);
     plot(ax, seeds) draws every seed's curves on one matplotlib Axes.
     """
 
@@ -30,6 +31,7 @@ class Effect:
     holds: Callable[[dict], bool]
     across: Callable[[list[dict]], dict]
     plot: Callable[..., None]
+    holds_across: Callable[[list[dict]], bool] = lambda seeds: True
 
 
 def grpo_run(settings: dict, seed: int, reward=None, **fields):
