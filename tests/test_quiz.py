@@ -204,10 +204,28 @@ def test_approx_kl_worked_solution_measures_the_spread_it_names():
 def test_a_refused_answer_rounded_too_far_is_told_to_give_more_digits(capsys):
     # 0.3961 nats rounded to 0.40 is outside approx-kl-expectation's tol 1e-3; the reverse KL, 0.3653, is wrong
     assert quiz.check_number("approx-kl-expectation", 0.40) is False
-    assert "if you rounded, give 3 significant digits" in capsys.readouterr().out
+    assert "if you rounded, give 4 significant digits" in capsys.readouterr().out
     assert quiz.check_number("approx-kl-expectation", 0.3653) is False
     assert "rounded" not in capsys.readouterr().out
     assert quiz.check_number("approx-kl-expectation", 0.396) is True
+
+
+@pytest.mark.parametrize("exercise", sorted(quiz.EXERCISES))
+def test_every_exercise_asks_for_digits_enough_that_any_rounding_to_them_is_accepted(exercise):
+    tol = quiz.EXERCISES[exercise].tol
+    digits = quiz.significant_digits(tol)
+    assert f"Give at least {digits} significant digits." in quiz.describe(exercise)
+
+    def rounded(value: float, digits: int) -> float:
+        scale = 10 ** (math.floor(math.log10(abs(value))) + 1 - digits)
+        return round(value / scale) * scale
+
+    # enough: the worst cases round by about half a unit of the last digit, at a leading digit of 1
+    for value in (quiz.solution(exercise), 1.0049999, 0.10049999, 9.99):
+        assert math.isclose(rounded(value, digits), value, rel_tol=tol, abs_tol=tol)
+    # and no more than needed: one digit fewer can leave the tolerance
+    worst = 1 + 0.49 * 10 ** (2 - digits)
+    assert not math.isclose(rounded(worst, digits - 1), worst, rel_tol=tol, abs_tol=tol)
 
 
 def test_gspo_token_weight_is_the_same_for_every_token_of_an_answer():

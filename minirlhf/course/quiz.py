@@ -756,9 +756,16 @@ def solution(exercise_id: str, **params) -> float:
 
 
 def describe(exercise_id: str, **params) -> str:
-    """The exercise's question with its (default or given) parameters filled in."""
+    """The exercise's question with its (default or given) parameters filled in, and the precision it asks for."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
-    return exercise.prompt.format(**_parameters(exercise, params))
+    return (exercise.prompt.format(**_parameters(exercise, params))
+            + f" Give at least {significant_digits(exercise.tol)} significant digits.")
+
+
+def significant_digits(tol: float) -> int:
+    """The fewest significant digits n whose rounding always stays within relative error tol: rounding to n digits
+    moves a number by at most half a unit of its n-th digit, 0.5·10^(1-n) of its leading one."""
+    return max(1, math.ceil(1 - math.log10(2 * tol)))
 
 
 def worked_solution(exercise_id: str, **params) -> str:
@@ -805,6 +812,6 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
         rounded = math.isclose(float(value), expected, rel_tol=ROUNDING_HINT_RTOL)  # e.g. 0.40 for 0.3961 at tol 1e-3
         print(f"Not quite: {value} is off for: {question} "
               + (f"It is within {ROUNDING_HINT_RTOL:.0%} of the answer, outside the tolerance {tol:g}: if you "
-                 f"rounded, give 3 significant digits. " if rounded else "")
+                 f"rounded, give {significant_digits(tol)} significant digits. " if rounded else "")
               + f"Try again, or see the worked solution with {_call('show_solution', exercise_id, params)}")
     return ok
