@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -372,6 +373,26 @@ WORKED_CASES = {
     "mcnemar-p": [{"only_a": 0, "only_b": 0}, {"only_a": 5, "only_b": 5}, {"only_a": 0, "only_b": 9},
                   {"only_a": 40, "only_b": 21}],
 }
+
+
+def test_top_p_weight_refuses_a_top_p_on_a_mass_boundary_and_agrees_by_hand_off_it():
+    rng = random.Random(0)
+    for _ in range(200):
+        weights = [rng.randint(1, 20) for _ in range(rng.randint(2, 6))]
+        probs = tuple(w / sum(weights) for w in weights)
+        ranked = sorted(range(len(probs)), key=lambda j: -probs[j])
+        k = rng.randint(1, len(probs) - 1)
+        boundary = sum(probs[j] for j in ranked[:k])  # float32 and float64 may round this apart
+        for top_p in (boundary, boundary + 5e-7):
+            with pytest.raises(ValueError, match="float rounding"):
+                quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=ranked[0])
+            with pytest.raises(ValueError, match="float rounding"):
+                quiz.worked_solution("top-p-weight", probs=probs, top_p=top_p, token=ranked[0])
+        top_p = boundary + rng.choice([-1, 1]) * 1e-3
+        if 0 < top_p <= 1 and all(abs(top_p - sum(probs[j] for j in ranked[:i])) > 1e-5 for i in range(1, 7)):
+            for token in ranked[: k + 1 if top_p > boundary else k]:
+                by_hand = quiz.EXERCISES["top-p-weight"].steps(probs=probs, top_p=top_p, token=token)["answer"]
+                assert by_hand == pytest.approx(quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=token))
 
 
 def test_every_exercise_has_worked_cases():

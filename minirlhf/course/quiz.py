@@ -17,6 +17,7 @@ see TOPICS and list_quizzes().
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -265,9 +266,17 @@ def _pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of one problem from n samples with c right (minirlhf.tasks.pass_at_k)."""
     return pass_at_k(n, c, k)
 
+TOP_P_TIE = 1e-6  # top_p this close to a mass of the most probable tokens is a tie that rounding decides
+
+
 def _top_p_weight(probs: Sequence[float], top_p: float, token: int) -> float:
     """ρ = p_θold(y)/μ(y) of token y = `token` drawn by a top-p sampler μ from p_θold = probs (minirlhf.sampling)."""
     check_interval("top_p", top_p, 0.0, 1.0, low_included=False)
+    masses = itertools.accumulate(sorted(probs, reverse=True))  # the mass of the k most probable tokens, k = 1, 2, ...
+    tie = next((mass for mass in masses if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)), None)
+    if tie is not None:
+        raise ValueError(f"top_p={top_p} equals the mass of the most probable tokens ({tie:.9g}) to within "
+                         f"{TOP_P_TIE:g}: whether the next token is kept then depends on float rounding; move top_p")
     p_old = toy.as_tensor(probs)
     mu = filter_logits(p_old.log(), top_p=top_p).softmax(-1)  # μ: p_θold filtered and renormalised
     if mu[token] == 0:
@@ -772,6 +781,7 @@ def worked_solution(exercise_id: str, **params) -> str:
     """The exercise worked by hand, step by step, for its (default or given) parameters."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
     values = _parameters(exercise, params)
+    exercise.solve(**values)  # parameters the library refuses are refused here too, with its message
     return exercise.worked.format(**values, **exercise.steps(**values))
 
 
