@@ -52,3 +52,14 @@ def differences(seeds: list[dict], key: str, first: str, second: str, size: str)
     """Per seed, arm `first`'s figure `key` minus arm `second`'s: their mean and range, described by `size`."""
     gaps = [s["arms"][first][key] - s["arms"][second][key] for s in seeds]
     return {"size": size, "mean": statistics.fmean(gaps), "range": [min(gaps), max(gaps)]}
+
+
+def held_out_accuracy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds) -> float:
+    """The lab task's (knobs `task`) held-out accuracy after a run of `seed`: one answer per problem sampled from
+    p_θ at temperature 1, `per_kind` problems of each of `kinds`, drawn with seed 10 000 + seed (apart from the
+    run's own draws), averaged over the kinds."""
+    from minirlhf.tasks import lab
+
+    metrics = lab.lab_metrics(model, tokenizer, lab.LabConfig(**task), per_kind=per_kind, seed=10_000 + seed,
+                              kinds=kinds)
+    return statistics.fmean(metrics[f"accuracy/{kind}"] for kind in kinds)

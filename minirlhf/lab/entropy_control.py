@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import statistics
 
-from minirlhf.lab.effect import Effect, grpo_run
+from minirlhf.lab.effect import Effect, grpo_run, held_out_accuracy
 from minirlhf.lab.observe import column, plot_curves, tail_mean
 
 PLAIN, BONUS, CLIP_COV, KL_COV = "GRPO", "entropy bonus", "Clip-Cov", "KL-Cov"
@@ -49,17 +49,14 @@ def settings(quick: bool) -> dict:
 
 
 def run_seed(seed: int, settings: dict) -> dict:
-    from minirlhf.tasks import lab
-
     arms = {}
     for arm, fields in settings["arms"].items():
         history, _, model, tokenizer = grpo_run(settings, seed, **fields)
-        metrics = lab.lab_metrics(model, tokenizer, lab.LabConfig(**settings["task"]),
-                                  per_kind=settings["eval_per_kind"], seed=10_000 + seed, kinds=settings["eval_kinds"])
         entropy, reward = column(history, "entropy"), column(history, "reward")
         arms[arm] = {"entropy": entropy, "reward": reward, "start_entropy": entropy[0],
                      "final_entropy": tail_mean(entropy, FINAL), "final_reward": tail_mean(reward, FINAL),
-                     "held_out_accuracy": statistics.fmean(metrics[f"accuracy/{k}"] for k in settings["eval_kinds"])}
+                     "held_out_accuracy": held_out_accuracy(model, tokenizer, settings["task"],
+                                                            settings["eval_per_kind"], seed, settings["eval_kinds"])}
         if "policy_loss" in fields:
             arms[arm]["mean_cov_frac"] = statistics.fmean(column(history, "cov_frac"))
     return arms
