@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import random
 import re
 from collections import Counter
 from pathlib import Path
@@ -204,10 +205,28 @@ def test_approx_kl_worked_solution_measures_the_spread_it_names():
 def test_a_refused_answer_rounded_too_far_is_told_to_give_more_digits(capsys):
     # 0.3961 nats rounded to 0.40 is outside approx-kl-expectation's tol 1e-3; the reverse KL, 0.3653, is wrong
     assert quiz.check_number("approx-kl-expectation", 0.40) is False
-    assert "if you rounded, give 3 significant digits" in capsys.readouterr().out
+    assert "if you rounded, give 4 significant digits" in capsys.readouterr().out
     assert quiz.check_number("approx-kl-expectation", 0.3653) is False
     assert "rounded" not in capsys.readouterr().out
     assert quiz.check_number("approx-kl-expectation", 0.396) is True
+
+
+@pytest.mark.parametrize("exercise", sorted(quiz.EXERCISES))
+def test_every_exercise_asks_for_digits_enough_that_any_rounding_to_them_is_accepted(exercise):
+    tol = quiz.EXERCISES[exercise].tol
+    digits = quiz.significant_digits(tol)
+    assert f"Give at least {digits} significant digits." in quiz.describe(exercise)
+
+    def rounded(value: float, digits: int) -> float:
+        scale = 10 ** (math.floor(math.log10(abs(value))) + 1 - digits)
+        return round(value / scale) * scale
+
+    # enough: the worst cases round by about half a unit of the last digit, at a leading digit of 1
+    for value in (quiz.solution(exercise), 1.0049999, 0.10049999, 9.99):
+        assert math.isclose(rounded(value, digits), value, rel_tol=tol, abs_tol=tol)
+    # and no more than needed: one digit fewer can leave the tolerance
+    worst = 1 + 0.49 * 10 ** (2 - digits)
+    assert not math.isclose(rounded(worst, digits - 1), worst, rel_tol=tol, abs_tol=tol)
 
 
 def test_gspo_token_weight_is_the_same_for_every_token_of_an_answer():
@@ -354,6 +373,26 @@ WORKED_CASES = {
     "mcnemar-p": [{"only_a": 0, "only_b": 0}, {"only_a": 5, "only_b": 5}, {"only_a": 0, "only_b": 9},
                   {"only_a": 40, "only_b": 21}],
 }
+
+
+def test_top_p_weight_refuses_a_top_p_on_a_mass_boundary_and_agrees_by_hand_off_it():
+    rng = random.Random(0)
+    for _ in range(200):
+        weights = [rng.randint(1, 20) for _ in range(rng.randint(2, 6))]
+        probs = tuple(w / sum(weights) for w in weights)
+        ranked = sorted(range(len(probs)), key=lambda j: -probs[j])
+        k = rng.randint(1, len(probs) - 1)
+        boundary = sum(probs[j] for j in ranked[:k])  # float32 and float64 may round this apart
+        for top_p in (boundary, boundary + 5e-7):
+            with pytest.raises(ValueError, match="float rounding"):
+                quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=ranked[0])
+            with pytest.raises(ValueError, match="float rounding"):
+                quiz.worked_solution("top-p-weight", probs=probs, top_p=top_p, token=ranked[0])
+        top_p = boundary + rng.choice([-1, 1]) * 1e-3
+        if 0 < top_p <= 1 and all(abs(top_p - sum(probs[j] for j in ranked[:i])) > 1e-5 for i in range(1, 7)):
+            for token in ranked[: k + 1 if top_p > boundary else k]:
+                by_hand = quiz.EXERCISES["top-p-weight"].steps(probs=probs, top_p=top_p, token=token)["answer"]
+                assert by_hand == pytest.approx(quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=token))
 
 
 def test_every_exercise_has_worked_cases():

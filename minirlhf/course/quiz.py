@@ -17,6 +17,7 @@ see TOPICS and list_quizzes().
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -265,9 +266,17 @@ def _pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of one problem from n samples with c right (minirlhf.tasks.pass_at_k)."""
     return pass_at_k(n, c, k)
 
+TOP_P_TIE = 1e-6  # top_p this close to a mass of the most probable tokens is a tie that rounding decides
+
+
 def _top_p_weight(probs: Sequence[float], top_p: float, token: int) -> float:
     """ρ = p_θold(y)/μ(y) of token y = `token` drawn by a top-p sampler μ from p_θold = probs (minirlhf.sampling)."""
     check_interval("top_p", top_p, 0.0, 1.0, low_included=False)
+    masses = itertools.accumulate(sorted(probs, reverse=True))  # the mass of the k most probable tokens, k = 1, 2, ...
+    tie = next((mass for mass in masses if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)), None)
+    if tie is not None:
+        raise ValueError(f"top_p={top_p} equals the mass of the most probable tokens ({tie:.9g}) to within "
+                         f"{TOP_P_TIE:g}: whether the next token is kept then depends on float rounding; move top_p")
     p_old = toy.as_tensor(probs)
     mu = filter_logits(p_old.log(), top_p=top_p).softmax(-1)  # μ: p_θold filtered and renormalised
     if mu[token] == 0:
@@ -756,15 +765,23 @@ def solution(exercise_id: str, **params) -> float:
 
 
 def describe(exercise_id: str, **params) -> str:
-    """The exercise's question with its (default or given) parameters filled in."""
+    """The exercise's question with its (default or given) parameters filled in, and the precision it asks for."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
-    return exercise.prompt.format(**_parameters(exercise, params))
+    return (exercise.prompt.format(**_parameters(exercise, params))
+            + f" Give at least {significant_digits(exercise.tol)} significant digits.")
+
+
+def significant_digits(tol: float) -> int:
+    """The fewest significant digits n whose rounding always stays within relative error tol: rounding to n digits
+    moves a number by at most half a unit of its n-th digit, 0.5·10^(1-n) of its leading one."""
+    return max(1, math.ceil(1 - math.log10(2 * tol)))
 
 
 def worked_solution(exercise_id: str, **params) -> str:
     """The exercise worked by hand, step by step, for its (default or given) parameters."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
     values = _parameters(exercise, params)
+    exercise.solve(**values)  # parameters the library refuses are refused here too, with its message
     return exercise.worked.format(**values, **exercise.steps(**values))
 
 
@@ -805,6 +822,6 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
         rounded = math.isclose(float(value), expected, rel_tol=ROUNDING_HINT_RTOL)  # e.g. 0.40 for 0.3961 at tol 1e-3
         print(f"Not quite: {value} is off for: {question} "
               + (f"It is within {ROUNDING_HINT_RTOL:.0%} of the answer, outside the tolerance {tol:g}: if you "
-                 f"rounded, give 3 significant digits. " if rounded else "")
+                 f"rounded, give {significant_digits(tol)} significant digits. " if rounded else "")
               + f"Try again, or see the worked solution with {_call('show_solution', exercise_id, params)}")
     return ok

@@ -86,9 +86,10 @@ def verdict(key: str, settings: dict, seeds: list[dict]) -> dict:
     """One effect's report from its seeds' runs: title, criterion, settings, each seed, the effect size, `shows`."""
     effect = EFFECTS[key]
     across = effect.across(seeds)
-    shows = all(s["holds"] for s in seeds) and across.get("ranges_apart", True)
+    holds_across = bool(effect.holds_across(seeds))
+    shows = all(s["holds"] for s in seeds) and holds_across
     return {"title": effect.title, "criterion": effect.criterion, "settings": settings, "seeds": seeds,
-            "effect_size": across, "shows": shows}
+            "effect_size": across, "holds_across_seeds": holds_across, "shows": shows}
 
 
 def run_effect(key: str, seeds: list[int], quick: bool = False, model: str = MODEL, verbose: bool = True) -> dict:

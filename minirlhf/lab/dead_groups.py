@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import statistics
 
-from minirlhf.lab.effect import RUN, Effect
+from minirlhf.lab.effect import RUN, Effect, held_out_accuracy
 from minirlhf.lab.observe import column
 
 GRPO, DROP, REFILL = "GRPO", "GRPO-drop", "dynamic sampling"
@@ -56,9 +56,8 @@ def run_arm(settings: dict, seed: int, **fields) -> dict:
     model, tokenizer = load_model(config.model, device="cpu")
 
     def accuracy() -> float:
-        metrics = lab.lab_metrics(model, tokenizer, task_config, per_kind=settings["eval_per_kind"],
-                                  seed=10_000 + seed, kinds=settings["learnable"])
-        return statistics.fmean(metrics[f"accuracy/{kind}"] for kind in settings["learnable"])
+        return held_out_accuracy(model, tokenizer, settings["task"], settings["eval_per_kind"], seed,
+                                 settings["learnable"])
 
     curve = [(0, 0, accuracy())]  # (optimizer steps, answers sampled, held-out accuracy)
     sampled = [0]

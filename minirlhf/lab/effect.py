@@ -18,7 +18,8 @@ class Effect:
 
     settings(quick) -> the task knobs, trainer fields and arms (quick: a few steps, for a smoke test);
     run_seed(seed, settings) -> that seed's figures, per arm;  holds(figures) -> the criterion on one seed;
-    across(all seeds' figures) -> the effect size, its range, and any check across seeds ("ranges_apart");
+    across(all seeds' figures) -> the effect size and its range;  holds_across(all seeds' figures) -> the part of
+    the criterion that only the seeds together can judge (True when there is none);
     plot(ax, seeds) draws every seed's curves on one matplotlib Axes.
     """
 
@@ -30,6 +31,7 @@ class Effect:
     holds: Callable[[dict], bool]
     across: Callable[[list[dict]], dict]
     plot: Callable[..., None]
+    holds_across: Callable[[list[dict]], bool] = lambda seeds: True
 
 
 def grpo_run(settings: dict, seed: int, reward=None, **fields):
@@ -50,3 +52,14 @@ def differences(seeds: list[dict], key: str, first: str, second: str, size: str)
     """Per seed, arm `first`'s figure `key` minus arm `second`'s: their mean and range, described by `size`."""
     gaps = [s["arms"][first][key] - s["arms"][second][key] for s in seeds]
     return {"size": size, "mean": statistics.fmean(gaps), "range": [min(gaps), max(gaps)]}
+
+
+def held_out_accuracy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds) -> float:
+    """The lab task's (knobs `task`) held-out accuracy after a run of `seed`: one answer per problem sampled from
+    p_θ at temperature 1, `per_kind` problems of each of `kinds`, drawn with seed 10 000 + seed (apart from the
+    run's own draws), averaged over the kinds."""
+    from minirlhf.tasks import lab
+
+    metrics = lab.lab_metrics(model, tokenizer, lab.LabConfig(**task), per_kind=per_kind, seed=10_000 + seed,
+                              kinds=kinds)
+    return statistics.fmean(metrics[f"accuracy/{kind}"] for kind in kinds)

@@ -59,6 +59,11 @@ def across(seeds: list[dict]) -> dict:
             "higher_range": [min(higher), max(higher)], "ranges_apart": max(symmetric) < min(higher)}
 
 
+def ranges_apart(seeds: list[dict]) -> bool:
+    """Every seed's final entropy under the symmetric clip below every seed's under clip-higher."""
+    return across(seeds)["ranges_apart"]
+
+
 def plot(ax, seeds: list[dict]) -> None:
     lines = [(arm, "entropy", color, "-", f"ε = {arm}") for arm, color in ((SYMMETRIC, "C3"), (HIGHER, "C0"))]
     plot_curves(ax, seeds, lines, ylabel="entropy (nats per token)", title="(b) random rewards: entropy under the clip")
@@ -69,4 +74,4 @@ EFFECT = Effect(
     criterion=f"upper clip acts on >= 5 % of tokens under {SYMMETRIC}; final entropy under {SYMMETRIC} below "
               f"{HIGHER} in every seed, the seeds' ranges not overlapping",
     notebook="07b_grpo_since_r1.ipynb",
-    settings=settings, run_seed=run_seed, holds=holds, across=across, plot=plot)
+    settings=settings, run_seed=run_seed, holds=holds, across=across, plot=plot, holds_across=ranges_apart)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import statistics
 
-from minirlhf.lab.effect import Effect, grpo_run
+from minirlhf.lab.effect import Effect, grpo_run, held_out_accuracy
 from minirlhf.lab.observe import column, plot_curves, tail_mean
 
 ON_POLICY, NONE, TIS, SEQUENCE_MASK = "on-policy", "lag 4, no correction", "lag 4 + TIS", "lag 4 + sequence mask"
@@ -46,24 +46,20 @@ def settings(quick: bool) -> dict:
                      SEQUENCE_MASK: {"sampler_lag": LAG, "behaviour_correction": "sequence-mask"}}}
 
 
-def held_out_accuracy(model, tokenizer, settings: dict, seed: int) -> float:
-    """One answer per problem from p_θ (temperature 1), averaged over KINDS."""
-    from minirlhf.tasks import lab
-
-    metrics = lab.lab_metrics(model, tokenizer, lab.LabConfig(**settings["task"]), per_kind=settings["eval_per_kind"],
-                              seed=10_000 + seed, kinds=KINDS)
-    return statistics.fmean(metrics[f"accuracy/{kind}"] for kind in KINDS)
+def accuracy(model, tokenizer, settings: dict, seed: int) -> float:
+    """Held-out accuracy of p_θ (one answer per problem at temperature 1), averaged over KINDS."""
+    return held_out_accuracy(model, tokenizer, settings["task"], settings["eval_per_kind"], seed, KINDS)
 
 
 def run_seed(seed: int, settings: dict) -> dict:
     from minirlhf.models import load_model
 
-    start = held_out_accuracy(*load_model(settings["model"], device="cpu"), settings, seed)
+    start = accuracy(*load_model(settings["model"], device="cpu"), settings, seed)
     arms = {}
     for arm, fields in settings["arms"].items():
         history, _, model, tokenizer = grpo_run(settings, seed, **fields)
         arms[arm] = {"reward": column(history, "reward"), "final_reward": tail_mean(column(history, "reward")),
-                     "start_accuracy": start, "held_out_accuracy": held_out_accuracy(model, tokenizer, settings, seed),
+                     "start_accuracy": start, "held_out_accuracy": accuracy(model, tokenizer, settings, seed),
                      "problems": settings["eval_per_kind"] * len(KINDS)}
         if "sampler_lag" in fields:  # how far μ was from p_θold: |log p_θold − log μ| per token, and ρ's mean
             arms[arm] |= {"logp_diff": statistics.fmean(column(history, "sampler/logp_diff")),

@@ -1,0 +1,65 @@
+"""Criteria of the lab's effects that read all the seeds together: entropy control's accuracy cost, and how a
+verdict combines them with the per-seed criterion."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import minirlhf.lab as lab
+from minirlhf.lab import entropy_clip, entropy_control
+from minirlhf.lab.entropy_control import CONTROLS, PLAIN
+
+SLACK = entropy_control.ACCURACY_SLACK
+
+
+def _arms(plain=(0.30, 0.10, 0.80), controls=None) -> dict:
+    """One seed's figures: each arm's (start entropy, final entropy, held-out accuracy)."""
+    figures = {PLAIN: plain} | {c: (0.30, 0.40, 0.80) for c in CONTROLS} | (controls or {})
+    return {arm: {"start_entropy": start, "final_entropy": final, "held_out_accuracy": accuracy}
+            for arm, (start, final, accuracy) in figures.items()}
+
+
+def test_entropy_control_holds_on_a_seed_only_when_plain_grpo_falls_and_every_control_ends_above_it():
+    assert entropy_control.holds(_arms())
+    assert not entropy_control.holds(_arms(plain=(0.30, 0.31, 0.80)))  # plain GRPO's entropy rose
+    for control in CONTROLS:
+        assert not entropy_control.holds(_arms(controls={control: (0.30, 0.10, 0.80)})), control  # a tie
+        # a seed's accuracy is judged across seeds, never on its own
+        assert entropy_control.holds(_arms(controls={control: (0.30, 0.40, 0.80 - 3 * SLACK)})), control
+
+
+@pytest.mark.parametrize("control", CONTROLS)
+def test_the_accuracy_cost_is_the_mean_over_seeds_of_each_control_alone(control):
+    def seeds(*losses: float) -> list[dict]:
+        return [{"arms": _arms(controls={control: (0.30, 0.40, 0.80 - loss)})} for loss in losses]
+
+    assert entropy_control.accuracy_kept(seeds(0.0, 0.0, 0.0))
+    assert entropy_control.accuracy_kept(seeds(2 * SLACK, 0.0, -0.5 * SLACK))  # one bad seed, mean 0.5 slack
+    assert entropy_control.accuracy_kept(seeds(*[0.99 * SLACK] * 3))  # just inside the slack
+    assert not entropy_control.accuracy_kept(seeds(SLACK + 0.01, SLACK + 0.01, SLACK))  # the mean beyond it
+    assert not entropy_control.accuracy_kept(seeds(3 * SLACK, 0.0, 0.0))
+    # a gain of one control never pays for another's loss
+    other = next(c for c in CONTROLS if c != control)
+    mixed = [{"arms": _arms(controls={control: (0.30, 0.40, 0.70), other: (0.30, 0.40, 0.95)})}] * 2
+    assert not entropy_control.accuracy_kept(mixed)
+
+
+def test_a_verdict_shows_only_when_every_seed_holds_and_the_seeds_together_do(monkeypatch):
+    effect = lab.EFFECTS["3"]
+    seeds = [{"seed": s, "holds": True, "arms": _arms()} for s in range(3)]
+    assert lab.verdict("3", {}, seeds)["shows"] is True
+    assert lab.verdict("3", {}, [dict(seeds[0], holds=False)] + seeds[1:])["shows"] is False
+    monkeypatch.setitem(lab.EFFECTS, "3", dataclasses.replace(effect, holds_across=lambda seeds: False))
+    report = lab.verdict("3", {}, seeds)
+    assert report["shows"] is False and report["holds_across_seeds"] is False
+
+
+def test_clip_higher_needs_the_seeds_ranges_apart():
+    def seed(symmetric: float, higher: float) -> dict:
+        return {"arms": {entropy_clip.SYMMETRIC: {"final_entropy": symmetric},
+                         entropy_clip.HIGHER: {"final_entropy": higher}}}
+
+    assert entropy_clip.ranges_apart([seed(0.1, 0.3), seed(0.2, 0.4)])
+    assert not entropy_clip.ranges_apart([seed(0.1, 0.3), seed(0.35, 0.4)])  # each seed in order, ranges overlap
