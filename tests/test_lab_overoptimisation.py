@@ -61,6 +61,8 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["ensemble"].update(members=0), r"ensemble.members .* got 0"),
     (lambda s: s["ensemble"].update(rule="median"), r"ensemble.rule must be one of: .*; got 'median'"),
     (lambda s: s["ensemble"].update(of="weakest"), r"ensemble.of must be one of: weak, strong; got 'weakest'"),
+    (lambda s: s["ensemble"].update(lam=-0.5), r"ensemble.lam .*-0.5"),
+    (lambda s: s["ensemble"].update(bootstrap="yes"), r"ensemble.bootstrap='yes': true or false"),
 ])
 def test_the_ensemble_effect_refuses_bad_settings_naming_the_field_before_any_training(edit, message, monkeypatch):
     from minirlhf.lab import run_seed, settings_of
@@ -73,3 +75,11 @@ def test_the_ensemble_effect_refuses_bad_settings_naming_the_field_before_any_tr
     edit(settings)
     with pytest.raises(ValueError, match=message):
         run_seed("6", 0, settings, verbose=False)
+
+
+def test_a_bootstrap_resample_keeps_the_data_budget_and_repeats_some_pairs():
+    pairs = list(range(250))
+    resample = overoptimisation.bootstrap(pairs, seed=7)
+    assert len(resample) == 250 and set(resample) <= set(pairs)
+    assert 0.55 < len(set(resample)) / 250 < 0.72  # about 1 - 1/e of the pairs drawn at least once
+    assert resample == overoptimisation.bootstrap(pairs, seed=7) != overoptimisation.bootstrap(pairs, seed=8)

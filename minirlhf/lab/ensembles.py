@@ -10,7 +10,9 @@ member is then not a blind spot of the ensemble, unless all four share it.
 
 Two arms, on the same seed: one weak member alone, and the ensemble of it and three more (`ensemble_reward`,
 minirlhf.trainers.reward_model.RewardEnsemble). The readout is the gold at the end of the run, on the same held-out
-openings and random numbers for both arms, and how far each arm's gold fell from its own peak.
+openings and random numbers for both arms, and how far each arm's gold fell from its own peak. The ensemble's
+settings (`overoptimisation.settings`) also take UWO's λ and members on bootstrap resamples of the same pairs;
+benchmarks/README.md records what those, and a KL penalty in both arms, did on the seeds.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import math
 import random
 import statistics
 
-from minirlhf.checks import check_choice, check_count
+from minirlhf.checks import check_choice, check_count, check_non_negative
 from minirlhf.lab.effect import RUN, Effect
 
 POLICY = "tiny"  # the review model every run starts from, and the reward models' backbone
@@ -35,7 +35,9 @@ def settings(quick: bool) -> dict:
             "proxies": {"weak": {"pairs": 250, "noise": 0.25}, "strong": {"pairs": 2000, "noise": 0.0}},
             "reward_model": {"steps": 2 if quick else 60, "lr": 1e-3, "batch_size": 16},
             "held_out_pairs": 16 if quick else 300,  # of the shipped test pairs: each proxy's accuracy
-            "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min"},
+            # the ensemble: `members` proxies like `of`, combined by `rule` (λ = `lam` for mean-std, mean-var); with
+            # `bootstrap`, each member after the first learns from a resample (with replacement) of `of`'s pairs
+            "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min", "lam": 1.0, "bootstrap": False},
             "arms": ["weak", "strong", "ensemble"],  # the RL runs: one per proxy, and the ensemble of the weak
             "grpo": {"steps": 2 if quick else 80, "lr": 6e-4, "beta": 0.0, "prompts_per_step": 2 if quick else 8,
                      "group_size": 4 if quick else 8, "epochs": 1, "scale": "group"},
@@ -51,6 +53,13 @@ def proxy_pairs(spec: dict, seed: int) -> list:
     pairs = rng.sample(load_preference_pairs("sentiment", "train"), spec["pairs"])
     return [dataclasses.replace(p, chosen=p.rejected, rejected=p.chosen) if rng.random() < spec["noise"] else p
             for p in pairs]
+
+
+def bootstrap(pairs: list, seed: int) -> list:
+    """A resample of `pairs` with replacement, as many as there are (drawn by `seed`): the same data budget, seen
+    with other weights (about 1 − 1/e ≈ 63 % of the pairs once or more)."""
+    rng = random.Random(seed)
+    return [rng.choice(pairs) for _ in pairs]
 
 
 def train_proxy(pairs: list, seed: int, settings: dict):
@@ -152,12 +161,15 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
         check_choice("ensemble.of", ensemble["of"], list(proxies))
         check_count("ensemble.members", ensemble["members"], 2, why=f"{ensemble['of']!r} and more like it")
         check_choice("ensemble.rule", ensemble["rule"], ENSEMBLE_RULES)
+        check_non_negative("ensemble.lam", ensemble["lam"], why="the weight of the members' spread")
+        if not isinstance(ensemble["bootstrap"], bool):
+            raise ValueError(f"ensemble.bootstrap={ensemble['bootstrap']!r}: true or false (members on resamples)")
 
 
 def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     """Trains the proxies that settings["arms"] name (the ensemble's members are the weak proxy and more like it,
-    drawn on other seeds), each standardised on p_ref's texts, then one GRPO run per arm. `needs`: the arms the
-    effect's criterion reads (`check_settings`)."""
+    drawn on other seeds, on its pairs or, with ensemble.bootstrap, on resamples of them), each standardised on
+    p_ref's texts, then one GRPO run per arm. `needs`: the arms the effect's criterion reads (`check_settings`)."""
     from minirlhf.data import load_preference_pairs
     from minirlhf.trainers.reward_model import RewardEnsemble
 
@@ -170,10 +182,12 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
                for name in dict.fromkeys(single + ([of] if "ensemble" in settings["arms"] else []))}
     proxies = {name: RewardEnsemble([trained[name][0]], rule="mean").standardise(*texts) for name in single}
     if "ensemble" in settings["arms"]:
+        ensemble, pairs = settings["ensemble"], proxy_pairs(settings["proxies"][of], seed)
         members = [trained[of][0]] + [
-            train_proxy(proxy_pairs(settings["proxies"][of], seed), 1000 * (k + 1) + seed, settings)[0]
-            for k in range(1, settings["ensemble"]["members"])]
-        proxies["ensemble"] = RewardEnsemble(members, rule=settings["ensemble"]["rule"]).standardise(*texts)
+            train_proxy(bootstrap(pairs, 1000 * (k + 1) + seed) if ensemble["bootstrap"] else pairs,
+                        1000 * (k + 1) + seed, settings)[0]
+            for k in range(1, ensemble["members"])]
+        proxies["ensemble"] = RewardEnsemble(members, rule=ensemble["rule"], lam=ensemble["lam"]).standardise(*texts)
     arms = {name: rl_run(proxy, settings, seed) for name, proxy in proxies.items()}
     for name, figures in arms.items():
         figures["rm_accuracy"] = trained[name][1] if name in trained else None
