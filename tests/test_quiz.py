@@ -211,6 +211,16 @@ def test_a_refused_answer_rounded_too_far_is_told_to_give_more_digits(capsys):
     assert quiz.check_number("approx-kl-expectation", 0.396) is True
 
 
+def test_check_number_asks_for_the_digits_of_the_tolerance_it_checks_with(capsys):
+    # ppo-objective's own tol 1e-2 asks for 3 digits; checked at 1e-5, 1.2001 needs 6, and only 6 may be named
+    assert quiz.check_number("ppo-objective", 1.2001, tol=1e-5) is False
+    out = capsys.readouterr().out
+    assert "give 6 significant digits" in out and re.findall(r"(\d+) significant digits", out) == ["6"]
+    # the verdict reads "<question> = <value>", not "... Give at least 3 significant digits. = 1.2000"
+    assert quiz.check_number("ppo-objective", 1.2) is True
+    assert "digits" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("exercise", sorted(quiz.EXERCISES))
 def test_every_exercise_asks_for_digits_enough_that_any_rounding_to_them_is_accepted(exercise):
     tol = quiz.EXERCISES[exercise].tol

@@ -764,11 +764,15 @@ def solution(exercise_id: str, **params) -> float:
     return exercise.solve(**_parameters(exercise, params))
 
 
+def _question(exercise: Exercise, params: dict) -> str:
+    """The question alone, without the precision describe() asks for (check_number names its own tolerance's)."""
+    return exercise.prompt.format(**_parameters(exercise, params))
+
+
 def describe(exercise_id: str, **params) -> str:
     """The exercise's question with its (default or given) parameters filled in, and the precision it asks for."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
-    return (exercise.prompt.format(**_parameters(exercise, params))
-            + f" Give at least {significant_digits(exercise.tol)} significant digits.")
+    return _question(exercise, params) + f" Give at least {significant_digits(exercise.tol)} significant digits."
 
 
 def significant_digits(tol: float) -> int:
@@ -808,7 +812,7 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
     `value` None (the notebooks' placeholder) or ... only prints a reminder to fill it in and returns False."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
     expected = solution(exercise_id, **params)
-    question = describe(exercise_id, **params)
+    question = _question(exercise, params)  # a custom tol asks for other digits than describe()'s
     if value is None or value is Ellipsis:
         print(f"Fill in your answer first: replace the None with your number and run this cell again ({exercise_id}).")
         return False
