@@ -400,9 +400,34 @@ def test_top_p_weight_refuses_a_top_p_on_a_mass_boundary_and_agrees_by_hand_off_
                 quiz.worked_solution("top-p-weight", probs=probs, top_p=top_p, token=ranked[0])
         top_p = boundary + rng.choice([-1, 1]) * 1e-3
         if 0 < top_p <= 1 and all(abs(top_p - sum(probs[j] for j in ranked[:i])) > 1e-5 for i in range(1, 7)):
-            for token in ranked[: k + 1 if top_p > boundary else k]:
+            cut = k + 1 if top_p > boundary else k
+            for token in ranked[:cut]:
+                if any(probs[j] == probs[token] for j in ranked[cut:]):  # kept or not: the sort's order decides
+                    with pytest.raises(ValueError, match="same probability"):
+                        quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=token)
+                    continue
                 by_hand = quiz.EXERCISES["top-p-weight"].steps(probs=probs, top_p=top_p, token=token)["answer"]
                 assert by_hand == pytest.approx(quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=token))
+
+
+def test_top_p_weight_answers_top_p_1_and_refuses_what_its_question_leaves_open():
+    # top_p = 1 filters nothing: ρ = 1 for every token; the full mass is no boundary, there is no next token
+    for top_p in (1.0, 1 - 5e-7):
+        assert quiz.solution("top-p-weight", top_p=top_p, token=3) == pytest.approx(1.0)
+        assert "ρ = p(y) / μ(y) = Z = 1.0000" in quiz.worked_solution("top-p-weight", top_p=top_p, token=3)
+    with pytest.raises(ValueError, match="mass of the 2 most probable tokens"):
+        quiz.solution("top-p-weight", top_p=0.8)
+    # probs summing to 0.9: the sampler renormalises and cuts at 0.85 before token 2, the hand after it
+    with pytest.raises(ValueError, match="probs must be"):
+        quiz.solution("top-p-weight", probs=(0.5, 0.3, 0.1), top_p=0.85, token=0)
+    # tokens 1, 2, 3 tie at 0.3 and top-p 0.5 keeps two of them: which two, the question does not say
+    for token in (1, 2, 3):
+        with pytest.raises(ValueError, match=r"tokens \[1, 2, 3\] have the same probability"):
+            quiz.solution("top-p-weight", probs=(0.1, 0.3, 0.3, 0.3), top_p=0.5, token=token)
+    assert quiz.solution("top-p-weight", probs=(0.1, 0.3, 0.3, 0.3), top_p=0.65, token=3) == pytest.approx(0.9)
+    for token in (-1, 4):
+        with pytest.raises(ValueError, match="token must index one of the 4"):
+            quiz.solution("top-p-weight", token=token)
 
 
 def test_every_exercise_has_worked_cases():

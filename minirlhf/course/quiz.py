@@ -271,14 +271,26 @@ TOP_P_TIE = 1e-6  # top_p this close to a mass of the most probable tokens is a 
 
 def _top_p_weight(probs: Sequence[float], top_p: float, token: int) -> float:
     """ρ = p_θold(y)/μ(y) of token y = `token` drawn by a top-p sampler μ from p_θold = probs (minirlhf.sampling)."""
+    _check_distribution("probs", probs)  # the sampler renormalises: probs off 1 would move its cut from the hand's
     check_interval("top_p", top_p, 0.0, 1.0, low_included=False)
-    masses = itertools.accumulate(sorted(probs, reverse=True))  # the mass of the k most probable tokens, k = 1, 2, ...
-    tie = next((mass for mass in masses if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)), None)
+    if not 0 <= token < len(probs):
+        raise ValueError(f"token must index one of the {len(probs)} probabilities (0 to {len(probs) - 1}), got {token}")
+    # the mass of the k most probable tokens, k = 1 .. n - 1 (at all n there is no next token to keep or drop)
+    masses = list(itertools.accumulate(sorted(probs, reverse=True)))[:-1]
+    tie = next((k for k, mass in enumerate(masses, 1) if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)),
+               None)
     if tie is not None:
-        raise ValueError(f"top_p={top_p} equals the mass of the most probable tokens ({tie:.9g}) to within "
-                         f"{TOP_P_TIE:g}: whether the next token is kept then depends on float rounding; move top_p")
+        raise ValueError(f"top_p={top_p} equals the mass of the {tie} most probable tokens ({masses[tie - 1]:.9g}) to "
+                         f"within {TOP_P_TIE:g}: whether the next token is kept then depends on float rounding; "
+                         f"move top_p")
     p_old = toy.as_tensor(probs)
     mu = filter_logits(p_old.log(), top_p=top_p).softmax(-1)  # μ: p_θold filtered and renormalised
+    equal = [j for j in range(len(probs)) if p_old[j] == p_old[token]]
+    kept = [j for j in equal if mu[j] > 0]
+    if 0 < len(kept) < len(equal):
+        raise ValueError(f"tokens {equal} have the same probability and top-p keeps only {kept} of them: whether "
+                         f"token {token} can be drawn is then the sort's order among equal probabilities, not top-p's "
+                         f"rule; draw another token or move top_p")
     if mu[token] == 0:
         raise ValueError(f"token {token} is filtered out at top_p={top_p}: μ never draws it, so it has no weight")
     return float(p_old[token] / mu[token])
