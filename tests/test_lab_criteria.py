@@ -63,6 +63,12 @@ def test_a_verdict_shows_only_when_every_seed_holds_and_the_seeds_together_do(mo
     assert report["shows"] is False and report["holds_across_seeds"] is False
 
 
+@pytest.mark.parametrize("key", sorted(lab.EFFECTS))
+def test_a_verdict_on_no_seeds_is_refused_by_name(key):
+    with pytest.raises(ValueError, match="no seeds to judge"):
+        lab.verdict(key, {}, [])
+
+
 def test_clip_higher_needs_the_seeds_ranges_apart():
     def seed(symmetric: float, higher: float) -> dict:
         return {"arms": {entropy_clip.SYMMETRIC: {"final_entropy": symmetric},
