@@ -216,6 +216,9 @@ def test_check_number_asks_for_the_digits_of_the_tolerance_it_checks_with(capsys
     assert quiz.check_number("ppo-objective", 1.2001, tol=1e-5) is False
     out = capsys.readouterr().out
     assert "give 6 significant digits" in out and re.findall(r"(\d+) significant digits", out) == ["6"]
+    for tol in (0.0, -1e-3, float("nan"), float("inf")):  # 0: no rounding is enough; was "math domain error"
+        with pytest.raises(ValueError, match=r"tol must be > 0"):
+            quiz.check_number("ppo-objective", 1.2001, tol=tol)
     # the verdict reads "<question> = <value>", not "... Give at least 3 significant digits. = 1.2000"
     assert quiz.check_number("ppo-objective", 1.2) is True
     assert "digits" not in capsys.readouterr().out

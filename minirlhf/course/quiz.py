@@ -29,7 +29,7 @@ import ipywidgets as W
 import torch
 
 from minirlhf import losses
-from minirlhf.checks import check_count, check_interval
+from minirlhf.checks import check_count, check_interval, check_positive
 from minirlhf.course import bestofn, stats, toy
 from minirlhf.sampling import filter_logits
 from minirlhf.tasks.pass_at_k import pass_at_k
@@ -823,6 +823,8 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
 
     `value` None (the notebooks' placeholder) or ... only prints a reminder to fill it in and returns False."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
+    if tol is not None:  # 0 would ask for infinitely many digits: a value computed in floats matches exactly by luck
+        check_positive("tol", tol, why="only a positive tolerance is met by rounding to some number of digits")
     expected = solution(exercise_id, **params)
     question = _question(exercise, params)  # a custom tol asks for other digits than describe()'s
     if value is None or value is Ellipsis:
