@@ -242,6 +242,16 @@ def test_every_exercise_asks_for_digits_enough_that_any_rounding_to_them_is_acce
     assert not math.isclose(rounded(worst, digits - 1), worst, rel_tol=tol, abs_tol=tol)
 
 
+@pytest.mark.parametrize("tol", [0.5, 0.2, 0.1, 0.05, 0.03, 1e-2, 5e-3, 2e-3, 1e-3, 5e-4, 2.5e-4, 1e-5])
+def test_significant_digits_are_the_fewest_whose_worst_rounding_meets_the_tolerance(tol):
+    # check_number(..., tol=) names them for any tolerance, not only the exercises' 1e-2 and 1e-3
+    def worst(digits: int) -> float:  # relative error of rounding 1.0499.. (or 1.05) to `digits` digits
+        return 0.5 * 10.0 ** (1 - digits)
+
+    n = quiz.significant_digits(tol)
+    assert worst(n) <= tol and (n == 1 or worst(n - 1) > tol), n
+
+
 def test_gspo_token_weight_is_the_same_for_every_token_of_an_answer():
     log_ratios = (0.3, -0.1, 0.2, 0.0)
     weights = {quiz.solution("gspo-token-weight", log_ratios=log_ratios, t=t) for t in range(len(log_ratios))}
