@@ -428,8 +428,10 @@ def test_top_p_weight_answers_top_p_1_and_refuses_what_its_question_leaves_open(
     for top_p in (1.0, 1 - 5e-7):
         assert quiz.solution("top-p-weight", top_p=top_p, token=3) == pytest.approx(1.0)
         assert "ρ = p(y) / μ(y) = Z = 1.0000" in quiz.worked_solution("top-p-weight", top_p=top_p, token=3)
-    with pytest.raises(ValueError, match="mass of the 2 most probable tokens"):
+    with pytest.raises(ValueError, match=r"mass of the 2 most probable tokens \(0.8\)"):
         quiz.solution("top-p-weight", top_p=0.8)
+    with pytest.raises(ValueError, match=r"mass of the most probable token \(0.5\)"):
+        quiz.solution("top-p-weight", top_p=0.5)
     # probs summing to 0.9: the sampler renormalises and cuts at 0.85 before token 2, the hand after it
     with pytest.raises(ValueError, match="probs must be"):
         quiz.solution("top-p-weight", probs=(0.5, 0.3, 0.1), top_p=0.85, token=0)

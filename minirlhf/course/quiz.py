@@ -280,9 +280,9 @@ def _top_p_weight(probs: Sequence[float], top_p: float, token: int) -> float:
     tie = next((k for k, mass in enumerate(masses, 1) if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)),
                None)
     if tie is not None:
-        raise ValueError(f"top_p={top_p} equals the mass of the {tie} most probable tokens ({masses[tie - 1]:.9g}) to "
-                         f"within {TOP_P_TIE:g}: whether the next token is kept then depends on float rounding; "
-                         f"move top_p")
+        tokens = "most probable token" if tie == 1 else f"{tie} most probable tokens"
+        raise ValueError(f"top_p={top_p} equals the mass of the {tokens} ({masses[tie - 1]:.9g}) to within "
+                         f"{TOP_P_TIE:g}: whether the next token is kept then depends on float rounding; move top_p")
     p_old = toy.as_tensor(probs)
     mu = filter_logits(p_old.log(), top_p=top_p).softmax(-1)  # μ: p_θold filtered and renormalised
     equal = [j for j in range(len(probs)) if p_old[j] == p_old[token]]
