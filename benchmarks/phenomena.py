@@ -2,7 +2,8 @@
 
 The effects themselves are the library's lab (minirlhf.lab: one module per effect, its arms, criterion and figure),
 which the notebooks run live; this script runs them on several seeds, side by side, and writes the record. Each
-effect states its criterion in words and checks it on every seed: `shows` is true only when it holds on all of them.
+effect states its criterion in words and checks it on every seed: `shows` is true only when it holds on all of them,
+and on the seeds together where part of the criterion is judged across them (a mean over seeds, ranges apart).
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/phenomena.py --effects a,g,b --seeds 0,1,2 --jobs 3
     .venv/bin/python benchmarks/phenomena.py --quick            # smoke test: every effect, a few steps, one seed

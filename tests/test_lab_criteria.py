@@ -24,6 +24,9 @@ def _arms(plain=(0.30, 0.10, 0.80), controls=None) -> dict:
 def test_entropy_control_holds_on_a_seed_only_when_plain_grpo_falls_and_every_control_ends_above_it():
     assert entropy_control.holds(_arms())
     assert not entropy_control.holds(_arms(plain=(0.30, 0.31, 0.80)))  # plain GRPO's entropy rose
+    assert not entropy_control.holds(_arms(plain=(0.30, 0.30, 0.80)))  # nor did it fall
+    # a control is judged against plain GRPO's final entropy, not against any start: falling less is holding it
+    assert entropy_control.holds(_arms(controls={c: (0.30, 0.20, 0.80) for c in CONTROLS}))
     for control in CONTROLS:
         assert not entropy_control.holds(_arms(controls={control: (0.30, 0.10, 0.80)})), control  # a tie
         # a seed's accuracy is judged across seeds, never on its own
@@ -40,6 +43,10 @@ def test_the_accuracy_cost_is_the_mean_over_seeds_of_each_control_alone(control)
     assert entropy_control.accuracy_kept(seeds(*[0.99 * SLACK] * 3))  # just inside the slack
     assert not entropy_control.accuracy_kept(seeds(SLACK + 0.01, SLACK + 0.01, SLACK))  # the mean beyond it
     assert not entropy_control.accuracy_kept(seeds(3 * SLACK, 0.0, 0.0))
+    assert not entropy_control.accuracy_kept(seeds(0.0, 0.0, 4 * SLACK))  # every seed counts, the last too
+    # exactly SLACK below on average is "no more than" SLACK below (0.0 and SLACK: a difference without rounding)
+    at_slack = [{"arms": _arms(plain=(0.30, 0.10, SLACK), controls={control: (0.30, 0.40, 0.0)})}] * 2
+    assert entropy_control.accuracy_kept(at_slack)
     # a gain of one control never pays for another's loss
     other = next(c for c in CONTROLS if c != control)
     mixed = [{"arms": _arms(controls={control: (0.30, 0.40, 0.70), other: (0.30, 0.40, 0.95)})}] * 2
@@ -54,6 +61,12 @@ def test_a_verdict_shows_only_when_every_seed_holds_and_the_seeds_together_do(mo
     monkeypatch.setitem(lab.EFFECTS, "3", dataclasses.replace(effect, holds_across=lambda seeds: False))
     report = lab.verdict("3", {}, seeds)
     assert report["shows"] is False and report["holds_across_seeds"] is False
+
+
+@pytest.mark.parametrize("key", sorted(lab.EFFECTS))
+def test_a_verdict_on_no_seeds_is_refused_by_name(key):
+    with pytest.raises(ValueError, match="no seeds to judge"):
+        lab.verdict(key, {}, [])
 
 
 def test_clip_higher_needs_the_seeds_ranges_apart():

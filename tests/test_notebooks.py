@@ -50,6 +50,14 @@ def test_notebook_is_committed_without_outputs(path):
     )
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_ends_with_its_further_reading(path):
+    """Each notebook closes with the papers it teaches from: a rewrite of its last cell once dropped them (09b)."""
+    last = nbformat.read(path, as_version=4).cells[-1]
+    reading = last.source.partition("## Further reading")[2] if last.cell_type == "markdown" else ""
+    assert re.search(r"^\* \S", reading, flags=re.MULTILINE), f"{path.name}: no '## Further reading' list at its end"
+
+
 LAB_KEY = re.compile(r"""(?:EFFECTS\[|run_seed\(|settings_of\(|run_effect\()\s*["'](\w+)["']""")
 
 

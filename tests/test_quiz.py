@@ -211,6 +211,19 @@ def test_a_refused_answer_rounded_too_far_is_told_to_give_more_digits(capsys):
     assert quiz.check_number("approx-kl-expectation", 0.396) is True
 
 
+def test_check_number_asks_for_the_digits_of_the_tolerance_it_checks_with(capsys):
+    # ppo-objective's own tol 1e-2 asks for 3 digits; checked at 1e-5, 1.2001 needs 6, and only 6 may be named
+    assert quiz.check_number("ppo-objective", 1.2001, tol=1e-5) is False
+    out = capsys.readouterr().out
+    assert "give 6 significant digits" in out and re.findall(r"(\d+) significant digits", out) == ["6"]
+    for tol in (0.0, -1e-3, float("nan"), float("inf")):  # 0: no rounding is enough; was "math domain error"
+        with pytest.raises(ValueError, match=r"tol must be > 0"):
+            quiz.check_number("ppo-objective", 1.2001, tol=tol)
+    # the verdict reads "<question> = <value>", not "... Give at least 3 significant digits. = 1.2000"
+    assert quiz.check_number("ppo-objective", 1.2) is True
+    assert "digits" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("exercise", sorted(quiz.EXERCISES))
 def test_every_exercise_asks_for_digits_enough_that_any_rounding_to_them_is_accepted(exercise):
     tol = quiz.EXERCISES[exercise].tol
@@ -227,6 +240,16 @@ def test_every_exercise_asks_for_digits_enough_that_any_rounding_to_them_is_acce
     # and no more than needed: one digit fewer can leave the tolerance
     worst = 1 + 0.49 * 10 ** (2 - digits)
     assert not math.isclose(rounded(worst, digits - 1), worst, rel_tol=tol, abs_tol=tol)
+
+
+@pytest.mark.parametrize("tol", [0.5, 0.2, 0.1, 0.05, 0.03, 1e-2, 5e-3, 2e-3, 1e-3, 5e-4, 2.5e-4, 1e-5])
+def test_significant_digits_are_the_fewest_whose_worst_rounding_meets_the_tolerance(tol):
+    # check_number(..., tol=) names them for any tolerance, not only the exercises' 1e-2 and 1e-3
+    def worst(digits: int) -> float:  # relative error of rounding 1.0499.. (or 1.05) to `digits` digits
+        return 0.5 * 10.0 ** (1 - digits)
+
+    n = quiz.significant_digits(tol)
+    assert worst(n) <= tol and (n == 1 or worst(n - 1) > tol), n
 
 
 def test_gspo_token_weight_is_the_same_for_every_token_of_an_answer():
@@ -390,9 +413,36 @@ def test_top_p_weight_refuses_a_top_p_on_a_mass_boundary_and_agrees_by_hand_off_
                 quiz.worked_solution("top-p-weight", probs=probs, top_p=top_p, token=ranked[0])
         top_p = boundary + rng.choice([-1, 1]) * 1e-3
         if 0 < top_p <= 1 and all(abs(top_p - sum(probs[j] for j in ranked[:i])) > 1e-5 for i in range(1, 7)):
-            for token in ranked[: k + 1 if top_p > boundary else k]:
+            cut = k + 1 if top_p > boundary else k
+            for token in ranked[:cut]:
+                if any(probs[j] == probs[token] for j in ranked[cut:]):  # kept or not: the sort's order decides
+                    with pytest.raises(ValueError, match="same probability"):
+                        quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=token)
+                    continue
                 by_hand = quiz.EXERCISES["top-p-weight"].steps(probs=probs, top_p=top_p, token=token)["answer"]
                 assert by_hand == pytest.approx(quiz.solution("top-p-weight", probs=probs, top_p=top_p, token=token))
+
+
+def test_top_p_weight_answers_top_p_1_and_refuses_what_its_question_leaves_open():
+    # top_p = 1 filters nothing: ρ = 1 for every token; the full mass is no boundary, there is no next token
+    for top_p in (1.0, 1 - 5e-7):
+        assert quiz.solution("top-p-weight", top_p=top_p, token=3) == pytest.approx(1.0)
+        assert "ρ = p(y) / μ(y) = Z = 1.0000" in quiz.worked_solution("top-p-weight", top_p=top_p, token=3)
+    with pytest.raises(ValueError, match=r"mass of the 2 most probable tokens \(0.8\)"):
+        quiz.solution("top-p-weight", top_p=0.8)
+    with pytest.raises(ValueError, match=r"mass of the most probable token \(0.5\)"):
+        quiz.solution("top-p-weight", top_p=0.5)
+    # probs summing to 0.9: the sampler renormalises and cuts at 0.85 before token 2, the hand after it
+    with pytest.raises(ValueError, match="probs must be"):
+        quiz.solution("top-p-weight", probs=(0.5, 0.3, 0.1), top_p=0.85, token=0)
+    # tokens 1, 2, 3 tie at 0.3 and top-p 0.5 keeps two of them: which two, the question does not say
+    for token in (1, 2, 3):
+        with pytest.raises(ValueError, match=r"tokens \[1, 2, 3\] have the same probability"):
+            quiz.solution("top-p-weight", probs=(0.1, 0.3, 0.3, 0.3), top_p=0.5, token=token)
+    assert quiz.solution("top-p-weight", probs=(0.1, 0.3, 0.3, 0.3), top_p=0.65, token=3) == pytest.approx(0.9)
+    for token in (-1, 4):
+        with pytest.raises(ValueError, match="token must index one of the 4"):
+            quiz.solution("top-p-weight", token=token)
 
 
 def test_every_exercise_has_worked_cases():

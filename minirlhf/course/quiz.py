@@ -29,7 +29,7 @@ import ipywidgets as W
 import torch
 
 from minirlhf import losses
-from minirlhf.checks import check_count, check_interval
+from minirlhf.checks import check_count, check_interval, check_positive
 from minirlhf.course import bestofn, stats, toy
 from minirlhf.sampling import filter_logits
 from minirlhf.tasks.pass_at_k import pass_at_k
@@ -271,14 +271,26 @@ TOP_P_TIE = 1e-6  # top_p this close to a mass of the most probable tokens is a 
 
 def _top_p_weight(probs: Sequence[float], top_p: float, token: int) -> float:
     """ρ = p_θold(y)/μ(y) of token y = `token` drawn by a top-p sampler μ from p_θold = probs (minirlhf.sampling)."""
+    _check_distribution("probs", probs)  # the sampler renormalises: probs off 1 would move its cut from the hand's
     check_interval("top_p", top_p, 0.0, 1.0, low_included=False)
-    masses = itertools.accumulate(sorted(probs, reverse=True))  # the mass of the k most probable tokens, k = 1, 2, ...
-    tie = next((mass for mass in masses if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)), None)
+    if not 0 <= token < len(probs):
+        raise ValueError(f"token must index one of the {len(probs)} probabilities (0 to {len(probs) - 1}), got {token}")
+    # the mass of the k most probable tokens, k = 1 .. n - 1 (at all n there is no next token to keep or drop)
+    masses = list(itertools.accumulate(sorted(probs, reverse=True)))[:-1]
+    tie = next((k for k, mass in enumerate(masses, 1) if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)),
+               None)
     if tie is not None:
-        raise ValueError(f"top_p={top_p} equals the mass of the most probable tokens ({tie:.9g}) to within "
+        tokens = "most probable token" if tie == 1 else f"{tie} most probable tokens"
+        raise ValueError(f"top_p={top_p} equals the mass of the {tokens} ({masses[tie - 1]:.9g}) to within "
                          f"{TOP_P_TIE:g}: whether the next token is kept then depends on float rounding; move top_p")
     p_old = toy.as_tensor(probs)
     mu = filter_logits(p_old.log(), top_p=top_p).softmax(-1)  # μ: p_θold filtered and renormalised
+    equal = [j for j in range(len(probs)) if p_old[j] == p_old[token]]
+    kept = [j for j in equal if mu[j] > 0]
+    if 0 < len(kept) < len(equal):
+        raise ValueError(f"tokens {equal} have the same probability and top-p keeps only {kept} of them: whether "
+                         f"token {token} can be drawn is then the sort's order among equal probabilities, not top-p's "
+                         f"rule; draw another token or move top_p")
     if mu[token] == 0:
         raise ValueError(f"token {token} is filtered out at top_p={top_p}: μ never draws it, so it has no weight")
     return float(p_old[token] / mu[token])
@@ -764,11 +776,15 @@ def solution(exercise_id: str, **params) -> float:
     return exercise.solve(**_parameters(exercise, params))
 
 
+def _question(exercise: Exercise, params: dict) -> str:
+    """The question alone, without the precision describe() asks for (check_number names its own tolerance's)."""
+    return exercise.prompt.format(**_parameters(exercise, params))
+
+
 def describe(exercise_id: str, **params) -> str:
     """The exercise's question with its (default or given) parameters filled in, and the precision it asks for."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
-    return (exercise.prompt.format(**_parameters(exercise, params))
-            + f" Give at least {significant_digits(exercise.tol)} significant digits.")
+    return _question(exercise, params) + f" Give at least {significant_digits(exercise.tol)} significant digits."
 
 
 def significant_digits(tol: float) -> int:
@@ -807,8 +823,10 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
 
     `value` None (the notebooks' placeholder) or ... only prints a reminder to fill it in and returns False."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
+    if tol is not None:  # 0 would ask for infinitely many digits: a value computed in floats matches exactly by luck
+        check_positive("tol", tol, why="only a positive tolerance is met by rounding to some number of digits")
     expected = solution(exercise_id, **params)
-    question = describe(exercise_id, **params)
+    question = _question(exercise, params)  # a custom tol asks for other digits than describe()'s
     if value is None or value is Ellipsis:
         print(f"Fill in your answer first: replace the None with your number and run this cell again ({exercise_id}).")
         return False

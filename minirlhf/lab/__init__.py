@@ -85,6 +85,8 @@ def settings_of(key: str, quick: bool, model: str = MODEL) -> dict:
 def verdict(key: str, settings: dict, seeds: list[dict]) -> dict:
     """One effect's report from its seeds' runs: title, criterion, settings, each seed, the effect size, `shows`."""
     effect = EFFECTS[key]
+    if not seeds:  # all() over no seeds is true: "shows" would be read off no run at all
+        raise ValueError(f"effect {key!r}: no seeds to judge; run it on one seed or more")
     across = effect.across(seeds)
     holds_across = bool(effect.holds_across(seeds))
     shows = all(s["holds"] for s in seeds) and holds_across
