@@ -445,6 +445,22 @@ def test_top_p_weight_answers_top_p_1_and_refuses_what_its_question_leaves_open(
             quiz.solution("top-p-weight", token=token)
 
 
+INDEXED = {"optimal-policy": ("i", "p_ref"), "rloo-advantage": ("i", "rewards"), "grpo-advantage": ("i", "rewards"),
+           "k3-gradient": ("j", "logits"), "gspo-token-weight": ("t", "log_ratios"), "top-p-weight": ("token", "probs"),
+           "gae-advantage": ("t", None)}
+
+
+@pytest.mark.parametrize("exercise_id", sorted(INDEXED))
+def test_an_index_off_its_items_is_refused_by_name_never_counted_from_the_end(exercise_id):
+    name, items = INDEXED[exercise_id]
+    n = len(quiz.EXERCISES[exercise_id].defaults[items]) if items else toy.toy_trajectory().rewards.shape[-1]
+    for bad in (-1, -n, n, n + 3, 1.0, True):
+        with pytest.raises(ValueError, match=f"{name} must index one of the {n}"):
+            quiz.solution(exercise_id, **{name: bad})
+    assert all(math.isfinite(quiz.solution(exercise_id, **{name: k})) for k in (0, n - 1)
+               if exercise_id != "top-p-weight")  # top-p filters some tokens out, with its own message
+
+
 def test_every_exercise_has_worked_cases():
     assert set(WORKED_CASES) == set(quiz.list_exercises())
 

@@ -106,11 +106,19 @@ QUESTIONS: dict[str, Question] = {q.id: q for q in QUESTIONS_LIST}
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _check_index(name: str, index: int, n: int, of: str) -> None:
+    """`index` must name one of the n items (0 to n - 1): a negative one would count from the end, silently."""
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n:
+        raise ValueError(f"{name} must index one of the {n} {of} (0 to {n - 1}), got {index!r}")
+
+
 def _grpo_advantage(rewards: Sequence[float], i: int, scale: str) -> float:
+    _check_index("i", i, len(rewards), "responses")
     return float(losses.grpo_advantages(toy.as_tensor(rewards), len(rewards), scale=scale)[i])
 
 
 def _rloo_advantage(rewards: Sequence[float], i: int) -> float:
+    _check_index("i", i, len(rewards), "responses")
     return float(losses.rloo_advantages(toy.as_tensor(rewards), len(rewards))[i])
 
 
@@ -127,6 +135,7 @@ def _dpo(beta: float, chosen_logratio: float, rejected_logratio: float) -> tuple
 
 
 def _optimal_probability(p_ref: Sequence[float], rewards: Sequence[float], beta: float, i: int) -> float:
+    _check_index("i", i, len(p_ref), "outcomes")
     return float(toy.optimal_policy(p_ref, rewards, beta)[i])
 
 
@@ -147,6 +156,7 @@ def _all_equal_probability(p: float, G: int) -> float:
 
 def _gae_advantage(gamma: float, lam: float, t: int) -> float:
     advantages, _ = toy.toy_gae(gamma, lam)
+    _check_index("t", t, len(advantages), "tokens of toy.toy_trajectory()")
     return float(advantages[t])
 
 
@@ -175,9 +185,7 @@ def _gspo_token_weight(log_ratios: Sequence[float], advantage: float, B: int, t:
     autograd at θ ≠ θ_old."""
     check_count("B", B)
     check_count("len(log_ratios)", len(log_ratios))
-    if not 0 <= t < len(log_ratios):
-        raise ValueError(f"t must index one of the answer's {len(log_ratios)} tokens (0 to {len(log_ratios) - 1}), "
-                         f"got {t!r}")
+    _check_index("t", t, len(log_ratios), "tokens of the answer")
     n = len(log_ratios)
     mask = torch.zeros(B, n + 1, dtype=torch.float64)  # one padding column, so that the mask matters
     mask[0, :n] = 1.0
@@ -205,6 +213,7 @@ def _leave_one_out_scale(G: int) -> float:
 def _k3_gradient(logits: Sequence[float], p_ref: Sequence[float], j: int) -> float:
     """Component j of E_{y~p_θ}[∇_θ k3(y)] (the samples held fixed), p_θ = softmax(logits), by autograd through
     the exact sum over outcomes (toy.kl_gradients)."""
+    _check_index("j", j, len(logits), "logits")
     return float(toy.kl_gradients(logits, p_ref).in_loss_k3[j])
 
 
@@ -273,8 +282,7 @@ def _top_p_weight(probs: Sequence[float], top_p: float, token: int) -> float:
     """ρ = p_θold(y)/μ(y) of token y = `token` drawn by a top-p sampler μ from p_θold = probs (minirlhf.sampling)."""
     _check_distribution("probs", probs)  # the sampler renormalises: probs off 1 would move its cut from the hand's
     check_interval("top_p", top_p, 0.0, 1.0, low_included=False)
-    if not 0 <= token < len(probs):
-        raise ValueError(f"token must index one of the {len(probs)} probabilities (0 to {len(probs) - 1}), got {token}")
+    _check_index("token", token, len(probs), "probabilities")
     # the mass of the k most probable tokens, k = 1 .. n - 1 (at all n there is no next token to keep or drop)
     masses = list(itertools.accumulate(sorted(probs, reverse=True)))[:-1]
     tie = next((k for k, mass in enumerate(masses, 1) if math.isclose(mass, top_p, rel_tol=0, abs_tol=TOP_P_TIE)),
