@@ -461,6 +461,17 @@ def test_an_index_off_its_items_is_refused_by_name_never_counted_from_the_end(ex
                if exercise_id != "top-p-weight")  # top-p filters some tokens out, with its own message
 
 
+@pytest.mark.parametrize("value", [-1.6, 0.0768, 0.000123456, 123.456, 0.0, 1.0, 9.99999])
+@pytest.mark.parametrize("tol", [1e-2, 1e-3, 1e-5])
+def test_a_shown_value_holds_at_least_the_digits_the_question_asks_for(value, tol):
+    text = quiz.shown(value, tol)
+    decimals = len(text.split(".")[1])
+    assert decimals >= 4 and math.isclose(float(text), value, rel_tol=tol, abs_tol=tol)
+    if value:
+        significant = len(text.lstrip("-").replace(".", "").lstrip("0"))
+        assert significant >= quiz.significant_digits(tol), text
+
+
 def test_every_exercise_has_worked_cases():
     assert set(WORKED_CASES) == set(quiz.list_exercises())
 

@@ -801,6 +801,13 @@ def significant_digits(tol: float) -> int:
     return max(1, math.ceil(1 - math.log10(2 * tol)))
 
 
+def shown(value: float, tol: float) -> str:
+    """`value` with 4 decimals, or more where those hold fewer significant digits than the question asks for
+    (significant_digits(tol)): 0.0768 at tol 1e-3 is shown 0.07680, never rounded below what a student must give."""
+    leading = math.floor(math.log10(abs(value))) if value else 0  # the power of ten of the first digit
+    return f"{value:.{max(4, significant_digits(tol) - 1 - leading)}f}"
+
+
 def worked_solution(exercise_id: str, **params) -> str:
     """The exercise worked by hand, step by step, for its (default or given) parameters."""
     exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
@@ -813,7 +820,8 @@ def show_solution(exercise_id: str, **params) -> None:
     """Print the question, its worked solution and the library's value: the answer, when you want to compare."""
     print(describe(exercise_id, **params))
     print(worked_solution(exercise_id, **params))
-    print(f"The library's value: {solution(exercise_id, **params):.4f}")
+    exercise: Exercise = _lookup(EXERCISES, exercise_id, "exercise")
+    print(f"The library's value: {shown(solution(exercise_id, **params), exercise.tol)}")
 
 
 def _call(function: str, exercise_id: str, params: dict) -> str:
@@ -843,7 +851,7 @@ def check_number(exercise_id: str, value: float | None, tol: float | None = None
     tol = exercise.tol if tol is None else tol
     ok = math.isclose(float(value), expected, rel_tol=tol, abs_tol=tol)
     if ok:
-        print(f"Correct! {question} = {expected:.4f}")
+        print(f"Correct! {question} = {shown(expected, tol)}")
     else:
         rounded = math.isclose(float(value), expected, rel_tol=ROUNDING_HINT_RTOL)  # e.g. 0.40 for 0.3961 at tol 1e-3
         print(f"Not quite: {value} is off for: {question} "
