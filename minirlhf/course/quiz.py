@@ -275,6 +275,7 @@ def _pass_at_k(n: int, c: int, k: int) -> float:
     """The unbiased pass@k of one problem from n samples with c right (minirlhf.tasks.pass_at_k)."""
     return pass_at_k(n, c, k)
 
+
 TOP_P_TIE = 1e-6  # top_p this close to a mass of the most probable tokens is a tie that rounding decides
 
 
