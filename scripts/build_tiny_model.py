@@ -69,7 +69,11 @@ def batches(ids: list[list[int]], batch_size: int, pad_id: int, rng: torch.Gener
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED["tiny"])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the corpus and its tokenizer")
+    parser.add_argument("--init-seed", type=int, default=None,
+                        help="the weights' initialisation and batch order (default: --seed). Another value gives a "
+                             "second pre-training of the same corpus with the same tokenizer: a backbone whose "
+                             "blind spots are its own (reward-model ensembles, minirlhf.lab.ensembles)")
     parser.add_argument("--reviews", type=int, default=40_000)
     parser.add_argument("--sums", type=int, default=2500, help="arithmetic documents in the corpus")
     parser.add_argument("--vocab-size", type=int, default=1024)
@@ -78,7 +82,8 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=3e-3)
     args = parser.parse_args()
 
-    torch.manual_seed(args.seed)
+    init_seed = args.seed if args.init_seed is None else args.init_seed
+    torch.manual_seed(init_seed)
     t0 = time.time()
     docs = build_corpus(args.reviews, args.sums, args.seed)
     tokenizer = train_tokenizer(docs, args.vocab_size)
@@ -98,7 +103,7 @@ def main() -> None:
         optimizer,
         lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))),
     )
-    stream = batches(ids, args.batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(args.seed))
+    stream = batches(ids, args.batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(init_seed))
     model.train()
     for step in range(args.steps):
         input_ids, mask = next(stream)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
+import torch
 
 from minirlhf.lab import ensembles, overoptimisation
 from minirlhf.lab.overoptimisation import NEEDS, check_settings, holds, turn
+from minirlhf.models import SHIPPED
 
 
 def test_the_turn_is_the_rise_to_the_peak_and_the_fall_after_it_with_their_paired_standard_errors():
@@ -63,6 +67,13 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["ensemble"].update(of="weakest"), r"ensemble.of must be one of: weak, strong; got 'weakest'"),
     (lambda s: s["ensemble"].update(lam=-0.5), r"ensemble.lam .*-0.5"),
     (lambda s: s["ensemble"].update(bootstrap="yes"), r"ensemble.bootstrap='yes': true or false"),
+    (lambda s: s["ensemble"].update(backbones="tiny"), r"ensemble.backbones='tiny': \[\] or a list of 1 models"),
+    (lambda s: s["ensemble"].update(backbones=["tiny", "tiny"]), r"a list of 1 models"),
+    (lambda s: s["ensemble"].update(members=3, backbones=["tiny"]), r"backbones=\['tiny'\]: \[\] or a list of 2"),
+    (lambda s: s["ensemble"].update(backbones=["gpt2"]), r"ensemble.backbones\[0\]='gpt2': a shipped model"),
+    (lambda s: s["ensemble"].update(backbones=["/no/such/folder"]), r"backbones\[0\]='/no/such/folder': a shipped"),
+    (lambda s: s["ensemble"].update(backbones=[None]), r"backbones\[0\]=None: a shipped model"),
+    (lambda s: s["ensemble"].update(backbones=("tiny",)), r"ensemble.backbones=\('tiny',\)"),
 ])
 def test_the_ensemble_effect_refuses_bad_settings_naming_the_field_before_any_training(edit, message, monkeypatch):
     from minirlhf.lab import run_seed, settings_of
@@ -83,3 +94,51 @@ def test_a_bootstrap_resample_keeps_the_data_budget_and_repeats_some_pairs():
     assert len(resample) == 250 and set(resample) <= set(pairs)
     assert 0.55 < len(set(resample)) / 250 < 0.72  # about 1 - 1/e of the pairs drawn at least once
     assert resample == overoptimisation.bootstrap(pairs, seed=7) != overoptimisation.bootstrap(pairs, seed=8)
+
+
+def test_each_member_after_the_first_learns_from_its_own_backbone_on_the_same_pairs(monkeypatch):
+    from minirlhf.lab import settings_of
+
+    class Scorer(torch.nn.Module):
+        def score(self, prompts, completions, tokenizer=None):
+            return [float(len(c)) for c in completions]
+
+    calls = []
+
+    def train_proxy(pairs, seed, settings):
+        calls.append((settings["model"], seed, [p.chosen for p in pairs]))
+        return Scorer(), 0.5
+
+    monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
+    monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
+    settings = settings_of("6", quick=False)
+    assert settings["ensemble"]["backbones"] == []  # the record: every member from the policy's own model
+    overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
+    assert [model for model, _, _ in calls] == ["tiny"] * 4
+    calls.clear()
+    others = ["tiny-sft", str(SHIPPED["tiny-lab"]), "tiny-calculator"]  # the policy's tokenizer, other weights
+    settings["ensemble"]["backbones"] = others
+    arms = overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
+    assert [model for model, _, _ in calls] == ["tiny", *others]
+    assert [seed for _, seed, _ in calls] == [5, 2005, 3005, 4005]  # the weak proxy's seed, then one per member
+    assert all(chosen == calls[0][2] for _, _, chosen in calls)  # the weak proxy's 250 pairs, flips included
+    assert arms["ensemble"]["member_accuracy"] == [0.5] * 4 and arms["weak"]["rm_accuracy"] == 0.5
+
+
+def test_a_backbone_with_another_tokenizer_is_refused_before_any_training(tmp_path, monkeypatch):
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from minirlhf.lab import run_seed, settings_of
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.train_from_iterator(["a good film", "a bad film"] * 20, trainers.BpeTrainer(vocab_size=300,
+                                                                                    special_tokens=["<|endoftext|>"]))
+    PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>").save_pretrained(tmp_path)
+    shutil.copy(SHIPPED["tiny"] / "config.json", tmp_path / "config.json")
+    monkeypatch.setattr(overoptimisation, "train_proxy", lambda *a: pytest.fail("a reward model trained first"))
+    settings = settings_of("6", quick=True)
+    settings["ensemble"]["backbones"] = [str(tmp_path)]
+    with pytest.raises(ValueError, match=r"ensemble.backbones\[0\]=.*its tokenizer is not the policy's \('tiny'\)"):
+        run_seed("6", 0, settings, verbose=False)

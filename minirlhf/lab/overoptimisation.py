@@ -22,6 +22,7 @@ import dataclasses
 import math
 import random
 import statistics
+from pathlib import Path
 
 from minirlhf.checks import check_choice, check_count, check_non_negative
 from minirlhf.lab.effect import RUN, Effect
@@ -36,8 +37,11 @@ def settings(quick: bool) -> dict:
             "reward_model": {"steps": 2 if quick else 60, "lr": 1e-3, "batch_size": 16},
             "held_out_pairs": 16 if quick else 300,  # of the shipped test pairs: each proxy's accuracy
             # the ensemble: `members` proxies like `of`, combined by `rule` (λ = `lam` for mean-std, mean-var); with
-            # `bootstrap`, each member after the first learns from a resample (with replacement) of `of`'s pairs
-            "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min", "lam": 1.0, "bootstrap": False},
+            # `bootstrap`, each member after the first learns from a resample (with replacement) of `of`'s pairs;
+            # `backbones`: the models the members after the first start from ([]: the policy's, like `of`), such as
+            # other pre-trainings of it (scripts/build_tiny_model.py --init-seed K)
+            "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min", "lam": 1.0, "bootstrap": False,
+                         "backbones": []},
             "arms": ["weak", "strong", "ensemble"],  # the RL runs: one per proxy, and the ensemble of the weak
             "grpo": {"steps": 2 if quick else 80, "lr": 6e-4, "beta": 0.0, "prompts_per_step": 2 if quick else 8,
                      "group_size": 4 if quick else 8, "epochs": 1, "scale": "group"},
@@ -164,12 +168,34 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
         check_non_negative("ensemble.lam", ensemble["lam"], why="the weight of the members' spread")
         if not isinstance(ensemble["bootstrap"], bool):
             raise ValueError(f"ensemble.bootstrap={ensemble['bootstrap']!r}: true or false (members on resamples)")
+        check_backbones(ensemble["backbones"], ensemble["members"], settings["model"])
+
+
+def check_backbones(backbones, members: int, policy: str) -> None:
+    """Either no backbones (every member starts from the policy's model) or one model for each member after the
+    first: a shipped name or a `save_pretrained` folder here (never the hub, mid-run), with the policy's tokenizer
+    (the members score the policy's texts token for token)."""
+    from minirlhf.models import SHIPPED, load_tokenizer
+
+    if not isinstance(backbones, list) or backbones and len(backbones) != members - 1:
+        raise ValueError(f"ensemble.backbones={backbones!r}: [] or a list of {members - 1} models, one for each "
+                         f"member after the first")
+    vocabulary = load_tokenizer(policy).get_vocab() if backbones else None
+    for i, name in enumerate(backbones):
+        field = f"ensemble.backbones[{i}]={name!r}"
+        if not isinstance(name, str) or not (name in SHIPPED or Path(name, "config.json").is_file()):
+            raise ValueError(f"{field}: a shipped model ({', '.join(SHIPPED)}) or a model folder with a config.json "
+                             f"(scripts/build_tiny_model.py --init-seed K --out FOLDER writes one)")
+        if load_tokenizer(name).get_vocab() != vocabulary:
+            raise ValueError(f"{field}: its tokenizer is not the policy's ({policy!r}); a member must read the "
+                             f"policy's tokens (build it with scripts/build_tiny_model.py --init-seed K)")
 
 
 def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     """Trains the proxies that settings["arms"] name (the ensemble's members are the weak proxy and more like it,
-    drawn on other seeds, on its pairs or, with ensemble.bootstrap, on resamples of them), each standardised on
-    p_ref's texts, then one GRPO run per arm. `needs`: the arms the effect's criterion reads (`check_settings`)."""
+    drawn on other seeds, on its pairs or, with ensemble.bootstrap, on resamples of them, from the policy's model or,
+    with ensemble.backbones, from other pre-trainings), each standardised on p_ref's texts, then one GRPO run per
+    arm. `needs`: the arms the effect's criterion reads (`check_settings`)."""
     from minirlhf.data import load_preference_pairs
     from minirlhf.trainers.reward_model import RewardEnsemble
 
@@ -183,15 +209,19 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     proxies = {name: RewardEnsemble([trained[name][0]], rule="mean").standardise(*texts) for name in single}
     if "ensemble" in settings["arms"]:
         ensemble, pairs = settings["ensemble"], proxy_pairs(settings["proxies"][of], seed)
-        members = [trained[of][0]] + [
+        backbones = ensemble["backbones"] or [settings["model"]] * (ensemble["members"] - 1)
+        members = [trained[of]] + [
             train_proxy(bootstrap(pairs, 1000 * (k + 1) + seed) if ensemble["bootstrap"] else pairs,
-                        1000 * (k + 1) + seed, settings)[0]
-            for k in range(1, ensemble["members"])]
-        proxies["ensemble"] = RewardEnsemble(members, rule=ensemble["rule"], lam=ensemble["lam"]).standardise(*texts)
+                        1000 * (k + 1) + seed, settings | {"model": backbone})
+            for k, backbone in enumerate(backbones, start=1)]  # (reward model, its held-out accuracy) each
+        proxies["ensemble"] = RewardEnsemble([model for model, _ in members], rule=ensemble["rule"],
+                                             lam=ensemble["lam"]).standardise(*texts)
     arms = {name: rl_run(proxy, settings, seed) for name, proxy in proxies.items()}
     for name, figures in arms.items():
         figures["rm_accuracy"] = trained[name][1] if name in trained else None
         figures["peak_step"] = figures["steps"][figures["peak"]]
+    if "ensemble" in arms:
+        arms["ensemble"]["member_accuracy"] = [accuracy for _, accuracy in members]
     return arms
 
 
