@@ -4,6 +4,7 @@ verdict combines them with the per-seed criterion."""
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
 
@@ -14,10 +15,12 @@ from minirlhf.lab.entropy_control import CONTROLS, PLAIN
 SLACK = entropy_control.ACCURACY_SLACK
 
 
-def _arms(plain=(0.30, 0.10, 0.80), controls=None) -> dict:
-    """One seed's figures: each arm's (start entropy, final entropy, held-out accuracy)."""
+def _arms(plain=(0.30, 0.10, 0.80), controls=None, token_entropy=(0.3, 0.3)) -> dict:
+    """One seed's figures: each arm's (answer entropy at the start, after training, held-out accuracy); every arm's
+    per-token entropy (filler included, never judged) is `token_entropy`, (first step, last steps)."""
     figures = {PLAIN: plain} | {c: (0.30, 0.40, 0.80) for c in CONTROLS} | (controls or {})
-    return {arm: {"start_entropy": start, "final_entropy": final, "held_out_accuracy": accuracy}
+    return {arm: {"start_answer_entropy": start, "answer_entropy": final, "held_out_accuracy": accuracy,
+                  "start_entropy": token_entropy[0], "final_entropy": token_entropy[1]}
             for arm, (start, final, accuracy) in figures.items()}
 
 
@@ -31,6 +34,39 @@ def test_entropy_control_holds_on_a_seed_only_when_plain_grpo_falls_and_every_co
         assert not entropy_control.holds(_arms(controls={control: (0.30, 0.10, 0.80)})), control  # a tie
         # a seed's accuracy is judged across seeds, never on its own
         assert entropy_control.holds(_arms(controls={control: (0.30, 0.40, 0.80 - 3 * SLACK)})), control
+    # the per-token entropy counts the filler after the answer: it is recorded, never judged, either way
+    assert entropy_control.holds(_arms(token_entropy=(0.3, 0.6)))
+    assert not entropy_control.holds(_arms(plain=(0.30, 0.31, 0.80), token_entropy=(0.6, 0.1)))
+
+
+def test_the_answer_entropy_is_read_at_the_answers_digits_only():
+    """answer_entropy against the same figure computed by hand: each sampled answer scored alone, unpadded, its
+    entropies kept at the digits before the first filler or EOS."""
+    import torch
+
+    from minirlhf.logprobs import entropy_from_logits, forward_logits
+    from minirlhf.models import load_model
+    from minirlhf.sampling import sample
+    from minirlhf.tasks import lab as lab_task
+
+    model, tokenizer = load_model("tiny-lab", device="cpu")
+    task = {"mix": (0.5, 0.5, 0.0), "max_new_tokens": 6, "tolerance": 3}
+    figure = entropy_control.answer_entropy(model, tokenizer, task, 6, seed=3, kinds=["easy", "medium"])
+    rng, by_hand = random.Random(20_003), []
+    for kind in ("easy", "medium"):
+        prompts = [dataclasses.replace(rng.choice(lab_task.problems(kind, "test")), tolerance=3).prompt
+                   for _ in range(6)]
+        rollout = sample(model, tokenizer, prompts, max_new_tokens=6,
+                         generator=torch.Generator().manual_seed(20_003))
+        for prompt, completion in zip(prompts, rollout.completions, strict=True):
+            digits = len(completion) - len(completion.lstrip("0123456789"))
+            ids = tokenizer(prompt + completion[:digits], return_tensors="pt")["input_ids"]
+            with torch.no_grad():
+                logits, _ = forward_logits(model, ids, torch.ones_like(ids))
+            P = len(tokenizer(prompt)["input_ids"])
+            by_hand += entropy_from_logits(logits[0, P - 1 : P - 1 + digits]).tolist()
+    assert len(by_hand) > 6
+    assert figure == pytest.approx(sum(by_hand) / len(by_hand), abs=1e-5)
 
 
 @pytest.mark.parametrize("control", CONTROLS)
