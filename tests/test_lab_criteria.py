@@ -41,7 +41,7 @@ def test_entropy_control_holds_on_a_seed_only_when_plain_grpo_falls_and_every_co
 
 def test_the_answer_entropy_is_read_at_the_answers_digits_only():
     """answer_entropy against the same figure computed by hand: each sampled answer scored alone, unpadded, its
-    entropies kept at the digits before the first filler or EOS."""
+    entropies kept at its digits (never the filler or EOS)."""
     import torch
 
     from minirlhf.logprobs import entropy_from_logits, forward_logits
@@ -59,13 +59,66 @@ def test_the_answer_entropy_is_read_at_the_answers_digits_only():
         rollout = sample(model, tokenizer, prompts, max_new_tokens=6,
                          generator=torch.Generator().manual_seed(20_003))
         for prompt, completion in zip(prompts, rollout.completions, strict=True):
-            digits = len(completion) - len(completion.lstrip("0123456789"))
-            ids = tokenizer(prompt + completion[:digits], return_tensors="pt")["input_ids"]
+            ids = tokenizer(prompt + completion, return_tensors="pt")["input_ids"]
             with torch.no_grad():
                 logits, _ = forward_logits(model, ids, torch.ones_like(ids))
             P = len(tokenizer(prompt)["input_ids"])
-            by_hand += entropy_from_logits(logits[0, P - 1 : P - 1 + digits]).tolist()
+            by_hand += [entropy_from_logits(logits[0, P - 1 + i]).item()
+                        for i, c in enumerate(completion) if c.isdigit()]
     assert len(by_hand) > 6
+    assert figure == pytest.approx(sum(by_hand) / len(by_hand), abs=1e-5)
+
+
+def test_the_answer_entropy_reads_every_digit_wherever_the_filler_stands(monkeypatch):
+    """Completions the lab's reward also scores (filler before the answer, a bare digit) and ones it does not (none,
+    "1.2"): the figure is the mean over every digit token of the entropy of the distribution it was drawn from,
+    computed for each text alone; filler and EOS never count."""
+    import torch
+
+    from minirlhf import sampling
+    from minirlhf.logprobs import entropy_from_logits, forward_logits
+    from minirlhf.models import load_model
+
+    model, tokenizer = load_model("tiny-lab", device="cpu")
+    texts = ["..45", "45...", "7", "", "....", "1.2", "...", "123"]  # one per prompt, in the order drawn
+
+    def forced(model, tokenizer, prompts, max_new_tokens, generator):
+        """A rollout of `texts`, each closed by EOS, in `sample`'s layout (prompts left-padded to P columns)."""
+        P = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
+        rows, prompt_masks, response_masks = [], [], []
+        for prompt, text in zip(prompts, texts, strict=True):
+            ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            response = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            response += [tokenizer.pad_token_id] * (max_new_tokens - len(response))
+            rows.append([tokenizer.pad_token_id] * (P - len(ids)) + ids + response)
+            prompt_masks.append([0] * (P - len(ids)) + [1] * len(ids))
+            response_masks.append([1] * (len(text) + 1) + [0] * (max_new_tokens - len(text) - 1))
+        response_mask = torch.tensor(response_masks)
+        return sampling.Rollout(
+            prompts=list(prompts), completions=list(texts), input_ids=torch.tensor(rows),
+            attention_mask=torch.cat([torch.tensor(prompt_masks), response_mask], dim=1),
+            response_mask=torch.cat([torch.zeros(len(prompts), P, dtype=torch.long), response_mask], dim=1),
+            logprobs=torch.zeros(len(prompts), P + max_new_tokens), prompt_length=P,
+            ended_with_eos=torch.ones(len(prompts), dtype=torch.bool))
+
+    drawn = []
+
+    def sample(model, tokenizer, prompts, max_new_tokens, generator):
+        drawn.append(prompts)
+        return forced(model, tokenizer, prompts, max_new_tokens, generator)
+
+    monkeypatch.setattr(sampling, "sample", sample)
+    task = {"mix": (0.5, 0.5, 0.0), "max_new_tokens": 6, "tolerance": 3}
+    figure = entropy_control.answer_entropy(model, tokenizer, task, len(texts), seed=3, kinds=["easy"])
+    (prompts,) = drawn
+    by_hand = []
+    for prompt, text in zip(prompts, texts, strict=True):
+        ids = tokenizer(prompt + text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            logits, _ = forward_logits(model, ids, torch.ones_like(ids))
+        P = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+        by_hand += [entropy_from_logits(logits[0, P - 1 + i]).item() for i, c in enumerate(text) if c.isdigit()]
+    assert len(by_hand) == 10
     assert figure == pytest.approx(sum(by_hand) / len(by_hand), abs=1e-5)
 
 

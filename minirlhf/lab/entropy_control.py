@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import re
 import statistics
 
 from minirlhf.lab.effect import Effect, grpo_run, held_out_accuracy
@@ -64,7 +63,8 @@ def settings(quick: bool) -> dict:
 def answer_entropy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds) -> float:
     """The mean entropy of p_θ(· | x, y_<t) over the digits y_t of one answer sampled (temperature 1) for each of
     `per_kind` held-out problems of each of `kinds`, drawn with seed 20 000 + seed: how widely the policy still
-    chooses among answers, with the filler after them left out."""
+    chooses among answers. Every digit token of a completion counts, wherever it stands (the reward takes filler
+    before the answer too: "..42"); the filler and EOS never do."""
     import torch
 
     from minirlhf.logprobs import response_logprobs
@@ -82,12 +82,19 @@ def answer_entropy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds
             _, entropy = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
                                            return_entropy=True, prompt_length=rollout.prompt_length)  # (B, P + N)
         P = rollout.prompt_length
-        for row, completion in enumerate(rollout.completions):
-            digits = len(re.match(r"\d*", completion).group())  # every digit is one token of the tiny tokenizer
-            entropies += entropy[row, P : P + digits].tolist()
+        response = rollout.input_ids[:, P:]  # (B, N)
+        digit_ids = [i for i in response.unique().tolist() if _is_digits(tokenizer.decode([i]))]
+        digits = torch.isin(response, response.new_tensor(digit_ids)) & rollout.response_mask[:, P:].bool()  # (B, N)
+        entropies += entropy[:, P:][digits].tolist()
     if not entropies:
         raise ValueError(f"answer_entropy: no answer to {per_kind} problems of {list(kinds)} began with a digit")
     return statistics.fmean(entropies)
+
+
+def _is_digits(text: str) -> bool:
+    """A token that writes digits only ("4"; "42" under a tokenizer that merges them), white space aside."""
+    text = text.strip()
+    return text.isascii() and text.isdigit()
 
 
 def run_seed(seed: int, settings: dict) -> dict:
