@@ -87,7 +87,7 @@ def answer_entropy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds
         digits = torch.isin(response, response.new_tensor(digit_ids)) & rollout.response_mask[:, P:].bool()  # (B, N)
         entropies += entropy[:, P:][digits].tolist()
     if not entropies:
-        raise ValueError(f"answer_entropy: no answer to {per_kind} problems of {list(kinds)} began with a digit")
+        raise ValueError(f"answer_entropy: no answer to {per_kind} problems of {list(kinds)} wrote a digit")
     return statistics.fmean(entropies)
 
 
