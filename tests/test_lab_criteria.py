@@ -72,7 +72,7 @@ def test_the_answer_entropy_is_read_at_the_answers_digits_only():
 def test_the_answer_entropy_reads_every_digit_wherever_the_filler_stands(monkeypatch):
     """Completions the lab's reward also scores (filler before the answer, a bare digit) and ones it does not (none,
     "1.2"): the figure is the mean over every digit token of the entropy of the distribution it was drawn from,
-    computed for each text alone; filler and EOS never count."""
+    computed for each text alone (dropout off); filler and EOS never count."""
     import torch
 
     from minirlhf import sampling
@@ -109,7 +109,10 @@ def test_the_answer_entropy_reads_every_digit_wherever_the_filler_stands(monkeyp
 
     monkeypatch.setattr(sampling, "sample", sample)
     task = {"mix": (0.5, 0.5, 0.0), "max_new_tokens": 6, "tolerance": 3}
+    model.train()  # dropout: off while it reads, the model's mode kept
     figure = entropy_control.answer_entropy(model, tokenizer, task, len(texts), seed=3, kinds=["easy"])
+    assert model.training
+    model.eval()
     (prompts,) = drawn
     by_hand = []
     for prompt, text in zip(prompts, texts, strict=True):

@@ -68,6 +68,7 @@ def answer_entropy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds
     import torch
 
     from minirlhf.logprobs import response_logprobs
+    from minirlhf.models import eval_mode
     from minirlhf.sampling import sample
     from minirlhf.tasks import lab
 
@@ -77,7 +78,7 @@ def answer_entropy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds
         prompts = [dataclasses.replace(rng.choice(lab.problems(kind, "test")), tolerance=config.tolerance).prompt
                    for _ in range(per_kind)]
         generator = torch.Generator(device=next(model.parameters()).device).manual_seed(20_000 + seed)
-        with torch.no_grad():
+        with torch.no_grad(), eval_mode(model):  # dropout off, as `sample` has it
             rollout = sample(model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, generator=generator)
             _, entropy = response_logprobs(model, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
                                            return_entropy=True, prompt_length=rollout.prompt_length)  # (B, P + N)
