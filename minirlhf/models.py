@@ -90,6 +90,10 @@ def load_tokenizer(name_or_path: str | os.PathLike, trust_remote_code: bool = Fa
         return gpt2_tokenizer()
     source, local = _resolve_source(name_or_path)
     tokenizer = _from_pretrained(AutoTokenizer, source, local, trust_remote_code)
+    if len(tokenizer.get_vocab()) <= len(set(tokenizer.all_special_tokens)):  # what transformers makes of no files
+        raise FileNotFoundError(f"{name_or_path} has no tokenizer files: a tokenizer of special tokens only "
+                                f"({sorted(tokenizer.get_vocab())}); save one beside the model "
+                                f"(tokenizer.save_pretrained)")
     if tokenizer.pad_token is None:
         # Real GPT-2 ships no pad token. Re-using EOS as pad is safe here because every mask in minirlhf is
         # built from lengths, never from `ids != pad_token_id`, so a real EOS is never masked out.

@@ -61,6 +61,9 @@ def test_unknown_names_and_bad_devices_raise_clear_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="config.json"):
         load_tokenizer(tmp_path / "empty")
+    shutil.copy(SHIPPED["tiny"] / "config.json", tmp_path / "empty")  # a model folder without its tokenizer
+    with pytest.raises(FileNotFoundError, match="empty has no tokenizer files"):
+        load_tokenizer(tmp_path / "empty")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA"):
             resolve_device("cuda")
