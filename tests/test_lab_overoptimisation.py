@@ -136,9 +136,32 @@ def test_a_backbone_with_another_tokenizer_is_refused_before_any_training(tmp_pa
     raw.train_from_iterator(["a good film", "a bad film"] * 20, trainers.BpeTrainer(vocab_size=300,
                                                                                     special_tokens=["<|endoftext|>"]))
     PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>").save_pretrained(tmp_path)
-    shutil.copy(SHIPPED["tiny"] / "config.json", tmp_path / "config.json")
+    for name in ("config.json", "model.safetensors"):  # tiny's weights: only the tokenizer is wrong
+        shutil.copy(SHIPPED["tiny"] / name, tmp_path / name)
     monkeypatch.setattr(overoptimisation, "train_proxy", lambda *a: pytest.fail("a reward model trained first"))
     settings = settings_of("6", quick=True)
     settings["ensemble"]["backbones"] = [str(tmp_path)]
     with pytest.raises(ValueError, match=r"ensemble.backbones\[0\]=.*its tokenizer is not the policy's \('tiny'\)"):
+        run_seed("6", 0, settings, verbose=False)
+
+
+@pytest.mark.parametrize("left_out, message", [
+    ("model.safetensors", r"ensemble.backbones\[0\]=.*: no model.safetensors"),
+    ("tokenizer", r"ensemble.backbones\[0\]=.*: .* has no tokenizer files"),
+])
+def test_a_backbone_folder_missing_its_weights_or_tokenizer_is_refused_before_any_training(left_out, message, tmp_path,
+                                                                                          monkeypatch):
+    """A folder of tiny's files but one: without its weights it passed the check and failed only when the member
+    loaded, after the proxies trained; without its tokenizer, transformers made one of EOS alone."""
+    from minirlhf.lab import run_seed, settings_of
+
+    folder = tmp_path / "backbone"
+    shutil.copytree(SHIPPED["tiny"], folder)
+    for path in folder.iterdir():
+        if path.name == left_out or left_out == "tokenizer" and path.name.startswith("tokenizer"):
+            path.unlink()
+    monkeypatch.setattr(overoptimisation, "train_proxy", lambda *a: pytest.fail("a reward model trained first"))
+    settings = settings_of("6", quick=True)
+    settings["ensemble"]["backbones"] = [str(folder)]
+    with pytest.raises(ValueError, match=message):
         run_seed("6", 0, settings, verbose=False)

@@ -29,6 +29,7 @@ from minirlhf.lab.effect import RUN, Effect
 
 POLICY = "tiny"  # the review model every run starts from, and the reward models' backbone
 NEEDS = ("weak", "strong")  # the arms (e)'s criterion and effect size read
+SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # the weights of a folder, whole or sharded
 
 
 def settings(quick: bool) -> dict:
@@ -173,8 +174,8 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
 
 def check_backbones(backbones, members: int, policy: str) -> None:
     """Either no backbones (every member starts from the policy's model) or one model for each member after the
-    first: a shipped name or a `save_pretrained` folder here (never the hub, mid-run), with the policy's tokenizer
-    (the members score the policy's texts token for token)."""
+    first: a shipped name or a `save_pretrained` folder here (never the hub, mid-run) with its safetensors weights,
+    with the policy's tokenizer (the members score the policy's texts token for token)."""
     from minirlhf.models import SHIPPED, load_tokenizer
 
     if not isinstance(backbones, list) or backbones and len(backbones) != members - 1:
@@ -186,7 +187,14 @@ def check_backbones(backbones, members: int, policy: str) -> None:
         if not isinstance(name, str) or not (name in SHIPPED or Path(name, "config.json").is_file()):
             raise ValueError(f"{field}: a shipped model ({', '.join(SHIPPED)}) or a model folder with a config.json "
                              f"(scripts/build_tiny_model.py --init-seed K --out FOLDER writes one)")
-        if load_tokenizer(name).get_vocab() != vocabulary:
+        if name not in SHIPPED and not any(Path(name, weights).is_file() for weights in SAFETENSORS):
+            raise ValueError(f"{field}: no model.safetensors in the folder (load_model reads the weights from "
+                             f"safetensors only)")
+        try:
+            tokenizer = load_tokenizer(name)
+        except OSError as error:
+            raise ValueError(f"{field}: {error}") from error
+        if tokenizer.get_vocab() != vocabulary:
             raise ValueError(f"{field}: its tokenizer is not the policy's ({policy!r}); a member must read the "
                              f"policy's tokens (build it with scripts/build_tiny_model.py --init-seed K)")
 
