@@ -66,7 +66,9 @@ def batches(ids: list[list[int]], batch_size: int, pad_id: int, rng: torch.Gener
             yield input_ids, mask
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with `init_seed` resolved (--seed when not given); another pre-training (an --init-seed
+    other than --seed) must name its own --out, never the shipped tiny model every other model starts from."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=SHIPPED["tiny"])
     parser.add_argument("--seed", type=int, default=0, help="the corpus and its tokenizer")
@@ -80,10 +82,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1200)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=3e-3)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    args.init_seed = args.seed if args.init_seed is None else args.init_seed
+    if args.init_seed != args.seed and args.out.resolve() == SHIPPED["tiny"].resolve():
+        parser.error(f"--init-seed {args.init_seed} builds another pre-training: give it an --out FOLDER of its own "
+                     f"(the default, {SHIPPED['tiny']}, is the shipped tiny model every other model starts from)")
+    return args
 
-    init_seed = args.seed if args.init_seed is None else args.init_seed
-    torch.manual_seed(init_seed)
+
+def main() -> None:
+    args = parse_args()
+    torch.manual_seed(args.init_seed)
     t0 = time.time()
     docs = build_corpus(args.reviews, args.sums, args.seed)
     tokenizer = train_tokenizer(docs, args.vocab_size)
@@ -103,7 +112,7 @@ def main() -> None:
         optimizer,
         lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / args.steps))),
     )
-    stream = batches(ids, args.batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(init_seed))
+    stream = batches(ids, args.batch_size, tokenizer.pad_token_id, torch.Generator().manual_seed(args.init_seed))
     model.train()
     for step in range(args.steps):
         input_ids, mask = next(stream)

@@ -165,3 +165,21 @@ def test_a_backbone_folder_missing_its_weights_or_tokenizer_is_refused_before_an
     settings["ensemble"]["backbones"] = [str(folder)]
     with pytest.raises(ValueError, match=message):
         run_seed("6", 0, settings, verbose=False)
+
+
+def test_another_pre_training_never_writes_over_the_shipped_tiny_model(capsys, monkeypatch):
+    """build_tiny_model.py --init-seed K without --out would have replaced data/tiny-gpt2, the model every shipped
+    one was fine-tuned from: the arguments are refused; the default build keeps --seed for both seeds."""
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "scripts"))
+    build = importlib.import_module("build_tiny_model")
+    with pytest.raises(SystemExit) as refused:
+        build.parse_args(["--init-seed", "1"])
+    assert refused.value.code == 2 and "--init-seed 1 builds another pre-training" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        build.parse_args(["--init-seed", "1", "--out", str(SHIPPED["tiny"] / ".." / SHIPPED["tiny"].name)])
+    assert build.parse_args([]).init_seed == 0 and build.parse_args(["--seed", "3"]).init_seed == 3
+    assert build.parse_args(["--init-seed", "0"]).init_seed == 0  # the shipped build, spelt out
+    assert build.parse_args(["--init-seed", "1", "--out", "elsewhere"]).init_seed == 1
