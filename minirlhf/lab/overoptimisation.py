@@ -68,7 +68,8 @@ def bootstrap(pairs: list, seed: int) -> list:
 
 
 def train_proxy(pairs: list, seed: int, settings: dict):
-    """A reward model on `pairs` from the policy's backbone; its accuracy on the held-out (clean) pairs."""
+    """A reward model on `pairs` from settings["model"]'s backbone (the policy's, or an ensemble member's own); its
+    accuracy on the held-out (clean) pairs."""
     from minirlhf.data import PreferenceData, load_preference_pairs
     from minirlhf.trainers.reward_model import RewardModelConfig, train_reward_model
 
@@ -196,7 +197,7 @@ def check_backbones(backbones, members: int, policy: str) -> None:
             raise ValueError(f"{field}: {error}") from error
         if tokenizer.get_vocab() != vocabulary:
             raise ValueError(f"{field}: its tokenizer is not the policy's ({policy!r}); a member must read the "
-                             f"policy's tokens (build it with scripts/build_tiny_model.py --init-seed K)")
+                             f"policy's tokens (build it with scripts/build_tiny_model.py --init-seed K --out FOLDER)")
 
 
 def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
