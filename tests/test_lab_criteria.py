@@ -125,6 +125,34 @@ def test_the_answer_entropy_reads_every_digit_wherever_the_filler_stands(monkeyp
     assert figure == pytest.approx(sum(by_hand) / len(by_hand), abs=1e-5)
 
 
+def test_each_arms_answer_entropy_is_read_off_its_own_trained_model_against_the_untrained_start(monkeypatch):
+    """run_seed's wiring: the start is the untrained model's figure, shared by every arm; each arm's figure is read
+    off the model its own run returned, on the held-out problems of `answer_per_kind` and the seed."""
+    from minirlhf import models
+
+    class History:
+        def column(self, key):
+            return None, [0.5, 0.4]
+
+    read = []
+
+    def answer_entropy(model, tokenizer, task, per_kind, seed, kinds):
+        read.append((model, per_kind, seed, kinds))
+        return float(len(read))  # 1.0 for the first model read, 2.0 for the next...
+
+    monkeypatch.setattr(models, "load_model", lambda name, device: (f"untrained {name}", "tokenizer"))
+    monkeypatch.setattr(entropy_control, "grpo_run",
+                        lambda settings, seed, **fields: (History(), None, f"trained {sorted(fields)}", "tokenizer"))
+    monkeypatch.setattr(entropy_control, "held_out_accuracy", lambda *args: 0.8)
+    monkeypatch.setattr(entropy_control, "answer_entropy", answer_entropy)
+    settings = lab.settings_of("3", quick=True)
+    arms = entropy_control.run_seed(4, settings)
+    assert read[0] == (f"untrained {settings['model']}", settings["answer_per_kind"], 4, settings["eval_kinds"])
+    for i, (arm, fields) in enumerate(settings["arms"].items(), start=1):
+        assert read[i][0] == f"trained {sorted(fields)}", arm
+        assert (arms[arm]["start_answer_entropy"], arms[arm]["answer_entropy"]) == (1.0, 1.0 + i), arm
+
+
 @pytest.mark.parametrize("control", CONTROLS)
 def test_the_accuracy_cost_is_the_mean_over_seeds_of_each_control_alone(control):
     def seeds(*losses: float) -> list[dict]:
