@@ -196,3 +196,15 @@ def test_clip_higher_needs_the_seeds_ranges_apart():
 
     assert entropy_clip.ranges_apart([seed(0.1, 0.3), seed(0.2, 0.4)])
     assert not entropy_clip.ranges_apart([seed(0.1, 0.3), seed(0.35, 0.4)])  # each seed in order, ranges overlap
+
+
+@pytest.mark.parametrize("drop", [PLAIN, *CONTROLS])
+def test_entropy_control_refuses_arms_its_criterion_cannot_compare_before_any_training(drop, monkeypatch):
+    from minirlhf import models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model loaded before the check"))
+    monkeypatch.setattr(entropy_control, "grpo_run", lambda *a, **k: pytest.fail("an arm trained first"))
+    settings = lab.settings_of("3", quick=True)
+    del settings["arms"][drop]
+    with pytest.raises(ValueError, match=rf"arms=.*: no '{drop}' arm"):
+        entropy_control.run_seed(0, settings)

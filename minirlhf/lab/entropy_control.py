@@ -102,6 +102,11 @@ def _is_digits(text: str) -> bool:
 def run_seed(seed: int, settings: dict) -> dict:
     from minirlhf.models import load_model
 
+    for arm in (PLAIN, *CONTROLS):  # what holds() and across() compare, checked before any model loads
+        if arm not in settings["arms"]:
+            raise ValueError(f"arms={list(settings['arms'])}: no {arm!r} arm; the criterion compares {PLAIN} with "
+                             f"each of {', '.join(CONTROLS)}")
+
     def answers(model, tokenizer) -> float:
         return answer_entropy(model, tokenizer, settings["task"], settings["answer_per_kind"], seed,
                               settings["eval_kinds"])
