@@ -4,6 +4,7 @@ verdict combines them with the per-seed criterion."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -19,7 +20,7 @@ def _arms(plain=(0.30, 0.10, 0.80), controls=None, token_entropy=(0.3, 0.3)) -> 
     """One seed's figures: each arm's (answer entropy at the start, after training, held-out accuracy); every arm's
     per-token entropy (filler included, never judged) is `token_entropy`, (first step, last steps)."""
     figures = {PLAIN: plain} | {c: (0.30, 0.40, 0.80) for c in CONTROLS} | (controls or {})
-    return {arm: {"start_answer_entropy": start, "answer_entropy": final, "held_out_accuracy": accuracy,
+    return {arm: {"start_answer_entropy": start, "final_answer_entropy": final, "held_out_accuracy": accuracy,
                   "start_entropy": token_entropy[0], "final_entropy": token_entropy[1]}
             for arm, (start, final, accuracy) in figures.items()}
 
@@ -123,6 +124,11 @@ def test_the_answer_entropy_reads_every_digit_wherever_the_filler_stands(monkeyp
         by_hand += [entropy_from_logits(logits[0, P - 1 + i]).item() for i, c in enumerate(text) if c.isdigit()]
     assert len(by_hand) == 10
     assert figure == pytest.approx(sum(by_hand) / len(by_hand), abs=1e-5)
+    # no digit anywhere: NaN, which fails every comparison of the criterion, and the run's figures are kept
+    texts[:] = ["", "....", "...", ".", "", "..", "....", "."]
+    assert math.isnan(entropy_control.answer_entropy(model, tokenizer, task, len(texts), seed=3, kinds=["easy"]))
+    assert not entropy_control.holds(_arms(plain=(0.30, math.nan, 0.80)))
+    assert not entropy_control.holds(_arms(controls={CONTROLS[0]: (0.30, math.nan, 0.80)}))
 
 
 def test_each_arms_answer_entropy_is_read_off_its_own_trained_model_against_the_untrained_start(monkeypatch):
@@ -150,7 +156,7 @@ def test_each_arms_answer_entropy_is_read_off_its_own_trained_model_against_the_
     assert read[0] == (f"untrained {settings['model']}", settings["answer_per_kind"], 4, settings["eval_kinds"])
     for i, (arm, fields) in enumerate(settings["arms"].items(), start=1):
         assert read[i][0] == f"trained {sorted(fields)}", arm
-        assert (arms[arm]["start_answer_entropy"], arms[arm]["answer_entropy"]) == (1.0, 1.0 + i), arm
+        assert (arms[arm]["start_answer_entropy"], arms[arm]["final_answer_entropy"]) == (1.0, 1.0 + i), arm
 
 
 @pytest.mark.parametrize("control", CONTROLS)
