@@ -4,10 +4,10 @@ The knob is answer multiplicity. With tolerance 3 every sum has seven right answ
 the lab model was SFT'd on one of them drawn uniformly (`lab.sft_examples`). Nothing in the 0/1 reward prefers one
 right answer to another, yet under GRPO the policy's next-token entropy falls: the tokens that are already likely
 and earn a positive advantage grow likelier (Cui et al. 2505.22617: the entropy moves by about
-−η · Cov(log p_θ, p_θ · Â)). With one right answer a falling entropy is the task being learnt. The cap of 6 tokens
-keeps the entropy on the answer: at a cap of 20 most of an answer's tokens are the filler after it, which no reward
-sees, and plain GRPO's entropy fell in seeds 0-4 but rose in seeds 5, 7 and 9 and barely moved in 6 and 8. Each
-control acts on the fall (minirlhf.losses.entropy):
+−η · Cov(log p_θ, p_θ · Â)). With one right answer a falling entropy is the task being learnt. A cap of 6 tokens
+leaves less filler after the answer than a cap of 20, where most of an answer's tokens are filler, which no reward
+sees (there plain GRPO's per-token entropy fell in seeds 0-4 but rose in seeds 5, 7 and 9 and barely moved in 6 and
+8). Each control acts on the fall (minirlhf.losses.entropy):
 
     entropy bonus   L − c_H · H over every token: a push back towards spread
     Clip-Cov        the gradient of a few tokens of large Cov(log p, Â) cut (the clip kept)
