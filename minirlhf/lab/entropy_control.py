@@ -30,7 +30,6 @@ Measured: benchmarks/README.md, entry (3).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import random
 import statistics
@@ -78,8 +77,7 @@ def answer_entropy(model, tokenizer, task: dict, per_kind: int, seed: int, kinds
     config, rng = lab.LabConfig(**task), random.Random(20_000 + seed)
     entropies = []
     for kind in kinds:
-        prompts = [dataclasses.replace(rng.choice(lab.problems(kind, "test")), tolerance=config.tolerance).prompt
-                   for _ in range(per_kind)]
+        prompts = [p.prompt for p in lab.problems_of_kind(kind, "test", per_kind, config.tolerance, rng)]
         generator = torch.Generator(device=next(model.parameters()).device).manual_seed(20_000 + seed)
         with torch.no_grad(), eval_mode(model):  # dropout off, as `sample` has it
             rollout = sample(model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, generator=generator)

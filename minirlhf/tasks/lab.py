@@ -178,6 +178,12 @@ def draw_problems(config: LabConfig, split: str, n: int, rng: random.Random) -> 
     return [dataclasses.replace(rng.choice(problems(kind, split)), tolerance=config.tolerance) for kind in kinds]
 
 
+def problems_of_kind(kind: str, split: str, n: int, tolerance: int, rng: random.Random) -> list[LabProblem]:
+    """`n` problems of one kind and split, drawn with replacement by `rng`, with `tolerance`."""
+    pool = problems(kind, split)
+    return [dataclasses.replace(rng.choice(pool), tolerance=tolerance) for _ in range(n)]
+
+
 def sft_examples(n: int = 60_000, seed: int = 0, wrong_share: float = 0.0) -> list[tuple[str, str]]:
     """(prompt, completion) demonstrations from the train split: kinds in the shares of SFT_WEIGHTS, a filler run of
     0..MAX_FILLER tokens after the answer (uniform: a broad length distribution), tolerance 0 half the time and
@@ -218,9 +224,7 @@ def lab_metrics(model, tokenizer, config: LabConfig, per_kind: int = 100, seed: 
     rng = random.Random(seed)
     metrics, lengths, truncated = {}, [], []
     for kind in kinds:
-        pool = problems(kind, "test")
-        chunk = [dataclasses.replace(rng.choice(pool), tolerance=config.tolerance) for _ in range(per_kind)]
-        prompts = [p.prompt for p in chunk]
+        prompts = [p.prompt for p in problems_of_kind(kind, "test", per_kind, config.tolerance, rng)]
         generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
         rollout = sample(model, tokenizer, prompts, max_new_tokens=config.max_new_tokens, generator=generator)
         rewards = lab_reward(config.filler)(prompts, rollout.completions)
@@ -241,8 +245,7 @@ def held_out_pass_at_k(
     rng = random.Random(seed)
     metrics = {}
     for kind in KINDS:
-        pool = problems(kind, "test")
-        prompts = [dataclasses.replace(rng.choice(pool), tolerance=config.tolerance).prompt for _ in range(per_kind)]
+        prompts = [p.prompt for p in problems_of_kind(kind, "test", per_kind, config.tolerance, rng)]
         counts = count_correct(model, tokenizer, prompts, lab_reward(config.filler), n,
                                max_new_tokens=config.max_new_tokens, seed=seed)
         metrics |= {f"{name}/{kind}": value for name, value in mean_pass_at_k(counts, n, ks).items()}
