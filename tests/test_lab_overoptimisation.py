@@ -56,7 +56,8 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
 
 
 @pytest.mark.parametrize("edit, message", [
-    (lambda s: s.update(arms=["weak", "ensmble"]), r"arms\[1\] must be one of: weak, strong, ensemble; got 'ensmble'"),
+    (lambda s: s.update(arms=["weak", "ensmble"]),
+     r"arms\[1\] must be one of: weak, strong, ensemble, pooled; got 'ensmble'"),
     (lambda s: s.update(arms="weak,ensemble"), r"arms='weak,ensemble': a list"),
     (lambda s: s.update(arms=[]), r"arms=\[\]: distinct arms, holding weak and ensemble"),
     (lambda s: s.update(arms=["weak", "ensemble", "weak"]), r"distinct arms"),
@@ -66,7 +67,17 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["ensemble"].update(rule="median"), r"ensemble.rule must be one of: .*; got 'median'"),
     (lambda s: s["ensemble"].update(of="weakest"), r"ensemble.of must be one of: weak, strong; got 'weakest'"),
     (lambda s: s["ensemble"].update(lam=-0.5), r"ensemble.lam .*-0.5"),
-    (lambda s: s["ensemble"].update(bootstrap="yes"), r"ensemble.bootstrap='yes': true or false"),
+    (lambda s: s["ensemble"].update(pairs="resampled"), r"ensemble.pairs must be one of: same, bootstrap, fresh"),
+    (lambda s: s["ensemble"].update(pairs=True), r"ensemble.pairs must be one of: .*; got True"),
+    (lambda s: s["proxies"]["weak"].update(pairs=0), r"proxies.weak.pairs must be an integer >= 1, got 0"),
+    (lambda s: s["proxies"]["weak"].update(pairs=2001), r"proxies.weak.pairs=2001: at most the 2000 shipped"),
+    (lambda s: s["proxies"]["weak"].update(pairs=250.0), r"proxies.weak.pairs must be an integer"),
+    (lambda s: s["proxies"]["weak"].update(pairs=True), r"proxies.weak.pairs must be an integer"),
+    (lambda s: s["proxies"]["weak"].update(noise=1.5), r"proxies.weak.noise must lie in \[0.0, 1.0\].*got 1.5"),
+    (lambda s: s["proxies"]["weak"].update(noise=float("nan")), r"proxies.weak.noise must lie in .*got nan"),
+    (lambda s: s["proxies"]["weak"].update(noise="25%"), r"proxies.weak.noise must lie in .*got '25%'"),
+    (lambda s: s.update(arms=["weak", "pooled"]), r"holding weak and ensemble"),
+    (lambda s: s["ensemble"].update(members=1) or s.update(arms=["weak", "ensemble"]), r"ensemble.members"),
     (lambda s: s["ensemble"].update(backbones="tiny"), r"ensemble.backbones='tiny': \[\] or a list of 1 models"),
     (lambda s: s["ensemble"].update(backbones=["tiny", "tiny"]), r"a list of 1 models"),
     (lambda s: s["ensemble"].update(members=3, backbones=["tiny"]), r"backbones=\['tiny'\]: \[\] or a list of 2"),
@@ -113,6 +124,7 @@ def test_each_member_after_the_first_learns_from_its_own_backbone_on_the_same_pa
     monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
     settings = settings_of("6", quick=False)
     assert settings["ensemble"]["backbones"] == []  # the record: every member from the policy's own model
+    settings["ensemble"]["pairs"], settings["arms"] = "same", ["weak", "ensemble"]
     overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
     assert [model for model, _, _ in calls] == ["tiny"] * 4
     calls.clear()
@@ -183,3 +195,94 @@ def test_another_pre_training_never_writes_over_the_shipped_tiny_model(capsys, m
     assert build.parse_args([]).init_seed == 0 and build.parse_args(["--seed", "3"]).init_seed == 3
     assert build.parse_args(["--init-seed", "0"]).init_seed == 0  # the shipped build, spelt out
     assert build.parse_args(["--init-seed", "1", "--out", "elsewhere"]).init_seed == 1
+
+
+def _key(pair) -> tuple:
+    return pair.prompt, pair.chosen, pair.rejected
+
+
+@pytest.mark.parametrize("members", [2, 4])
+def test_members_learn_from_the_same_pairs_a_resample_or_a_fresh_draw_each(members):
+    from minirlhf.lab import settings_of
+
+    settings = settings_of("6", quick=False)
+    settings["ensemble"]["members"] = members
+    spec = settings["proxies"]["weak"]
+    first = overoptimisation.proxy_pairs(spec, 7)
+    drawn = {}
+    for kind in overoptimisation.MEMBER_PAIRS:
+        settings["ensemble"]["pairs"] = kind
+        drawn[kind] = overoptimisation.member_pairs(settings, 7)
+        assert len(drawn[kind]) == members and drawn[kind][0] == first  # member 0 is the weak proxy itself
+        assert all(len(pairs) == spec["pairs"] for pairs in drawn[kind])  # each member's budget is one member's
+        assert drawn[kind] == overoptimisation.member_pairs(settings, 7)  # the same seed draws the same pairs
+    assert all(pairs == first for pairs in drawn["same"])
+    for k, pairs in enumerate(drawn["bootstrap"][1:], start=1):
+        assert pairs == overoptimisation.bootstrap(first, overoptimisation.member_seed(k, 7)) != first
+    for k, pairs in enumerate(drawn["fresh"][1:], start=1):
+        assert pairs == overoptimisation.proxy_pairs(spec, overoptimisation.member_seed(k, 7))
+        # another draw of the 2000: about 250 · 250 / 2000 ≈ 31 pairs in common with the first, each flipped apart
+        assert len({_key(p) for p in pairs} & {_key(p) for p in first}) < 60
+    assert len({overoptimisation.member_seed(k, 7) for k in range(1, members)} | {7}) == members
+
+
+def test_fresh_members_flip_their_own_quarter_of_the_labels():
+    from minirlhf.data import load_preference_pairs
+
+    shipped = {(p.prompt, p.chosen): p.rejected for p in load_preference_pairs("sentiment", "train")}
+    spec = {"pairs": 250, "noise": 0.25}
+    flips = []
+    for k in range(1, 4):
+        pairs = overoptimisation.proxy_pairs(spec, overoptimisation.member_seed(k, 3))
+        flipped = [(p.prompt, p.chosen) not in shipped for p in pairs]
+        assert 0.15 < sum(flipped) / len(pairs) < 0.35
+        flips.append({_key(p) for p, f in zip(pairs, flipped) if f})
+    assert not flips[0] & flips[1] & flips[2]
+
+
+def test_the_pooled_arm_learns_from_every_members_pairs_for_as_many_steps_as_the_members(monkeypatch):
+    from minirlhf.lab import settings_of
+
+    class Scorer(torch.nn.Module):
+        def score(self, prompts, completions, tokenizer=None):
+            return [float(len(c)) for c in completions]
+
+    calls = []
+
+    def train_proxy(pairs, seed, settings):
+        calls.append((seed, [_key(p) for p in pairs], settings["reward_model"]["steps"]))
+        return Scorer(), 0.5 + len(calls) / 100
+
+    monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
+    monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
+    settings = settings_of("6", quick=False)
+    assert settings["arms"] == ["weak", "ensemble", "pooled"] and settings["ensemble"]["pairs"] == "fresh"
+    arms = overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
+    assert list(arms) == ["weak", "ensemble", "pooled"]
+    members = [[_key(p) for p in pairs] for pairs in overoptimisation.member_pairs(settings, 5)]
+    assert [(seed, pairs) for seed, pairs, _ in calls[:4]] == list(zip([5, 2005, 3005, 4005], members, strict=True))
+    pooled_seed, pooled_pairs, pooled_steps = calls[4]
+    assert pooled_pairs == [pair for member in members for pair in member] and pooled_steps == 4 * 60
+    assert len(calls) == 5 and pooled_seed == 5
+    assert arms["pooled"]["rm_accuracy"] == 0.55 and arms["ensemble"]["member_accuracy"] == [0.51, 0.52, 0.53, 0.54]
+    calls.clear()
+    settings["arms"] = ["weak", "pooled", "ensemble"]  # the order of the arms is the order of the runs
+    assert list(overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))) == ["weak", "pooled", "ensemble"]
+
+
+def _arm(final_per_opening: list[float], fall: float) -> dict:
+    return {"final_gold_per_opening": final_per_opening, "fall": fall}
+
+
+@pytest.mark.parametrize("ensemble, weak, shows, why", [
+    (_arm([0.9, 0.8, 0.7, 0.8], 0.0), _arm([0.1, 0.2, 0.0, 0.1], 0.6), True, "ends higher, falls less"),
+    (_arm([0.9, 0.8, 0.7, 0.8], 0.7), _arm([0.1, 0.2, 0.0, 0.1], 0.6), False, "falls more from its peak"),
+    (_arm([0.9, 0.8, 0.7, 0.8], 0.6), _arm([0.1, 0.2, 0.0, 0.1], 0.6), False, "falls as much"),
+    (_arm([0.1, 0.2, 0.0, 0.1], 0.0), _arm([0.9, 0.8, 0.7, 0.8], 0.6), False, "ends lower"),
+    (_arm([0.004, 0.004, 0.005, 0.003], 0.0), _arm([0.0, 0.0, 0.0, 0.0], 0.9), False, "both collapsed: +0.004"),
+    (_arm([0.04, 0.04, 0.04, 0.04], 0.0), _arm([0.0, 0.0, 0.0, 0.0], 0.9), False, "a gap under MIN_GAP"),
+    (_arm([0.05, 0.05, 0.05, 0.05], 0.0), _arm([0.0, 0.0, 0.0, 0.0], 0.9), True, "a gap of exactly MIN_GAP"),
+    (_arm([1.0, -0.6, 1.0, -0.6], 0.0), _arm([0.0, 0.0, 0.0, 0.0], 0.9), False, "+0.2 within its standard error"),
+])
+def test_the_ensemble_criterion_asks_for_a_real_gap_and_a_smaller_fall(ensemble, weak, shows, why):
+    assert ensembles.holds({"weak": weak, "ensemble": ensemble}) is shows, why

@@ -1,18 +1,19 @@
 """(6) An ensemble of reward models against over-optimisation (Coste et al., 2023, "Reward model ensembles help
-mitigate overoptimization").
+mitigate overoptimization"; Eisenstein et al., 2023, "Helping or herding?").
 
 The setting of effect (e): GRPO at β = 0 on the review task maximises a learned proxy, and VADER, the scorer that
 labelled the shipped pairs, is the gold the run never sees. The weak proxy (250 pairs, a quarter of their labels
-flipped) has blind spots the policy finds: its gold rises, then falls. Four reward models trained like it, on the
-same pairs from different seeds, disagree where the data did not pin them down; their worst case (`min`, Coste et
-al.'s WCO), or mean − λ·std (UWO), scores an answer only as high as every member agrees it is. A blind spot of one
-member is then not a blind spot of the ensemble, unless all four share it.
+flipped) has blind spots the policy finds: its gold rises, then falls. Three more reward models, each on its own
+draw of 250 noisy pairs, are wrong in other places; their worst case (`min`, Coste et al.'s WCO), or mean − λ·std
+(UWO), scores an answer only as high as every member agrees it is. A blind spot of one member is then not a blind
+spot of the ensemble, unless all four share it. Members on the *same* pairs share the data's blind spots (the
+record's earlier rounds: the policy found one on a seed; benchmarks/README.md, entry (6)).
 
-Two arms, on the same seed: one weak member alone, and the ensemble of it and three more (`ensemble_reward`,
-minirlhf.trainers.reward_model.RewardEnsemble). The readout is the gold at the end of the run, on the same held-out
-openings and random numbers for both arms, and how far each arm's gold fell from its own peak. The ensemble's
-settings (`overoptimisation.settings`) also take UWO's λ and members on bootstrap resamples of the same pairs;
-benchmarks/README.md records what those, and a KL penalty in both arms, did on the seeds.
+Three arms on the same seed: one weak member alone; the ensemble of it and three more (`ensemble_reward`,
+minirlhf.trainers.reward_model.RewardEnsemble); and "pooled", one reward model on the four members' pairs together,
+which separates what the ensemble adds from what its four times larger data adds. The readout is the gold at the
+end of the run, on the same held-out openings and random numbers for every arm, and how far each arm's gold fell
+from its own peak. The criterion compares the ensemble with its weak member; the pooled arm is reported beside it.
 """
 
 from __future__ import annotations
@@ -23,47 +24,61 @@ import statistics
 import minirlhf.lab.overoptimisation as overoptimisation
 from minirlhf.lab.effect import Effect
 
-ARMS = ["weak", "ensemble"]
+ARMS = ["weak", "ensemble"]  # what the criterion compares
+MIN_GAP = 0.05  # VADER points: a gap smaller than this is no gain, however small its standard error
 
 
 def settings(quick: bool) -> dict:
-    return overoptimisation.settings(quick) | {"arms": ARMS}
+    base = overoptimisation.settings(quick)
+    return base | {"arms": [*ARMS, "pooled"], "ensemble": base["ensemble"] | {"pairs": "fresh"}}
 
 
 def holds(arms: dict) -> bool:
     """The ensemble ends with more gold than its weak member alone, by more than the standard error of that
-    difference (paired over the held-out openings), and falls less from its own peak."""
+    difference (paired over the held-out openings) and by at least MIN_GAP (two runs that collapse to the same
+    text differ by ~0 with a standard error of ~0), and falls less from its own peak."""
     weak, ensemble = arms["weak"], arms["ensemble"]
     gap, stderr = final_gap(arms)
-    return gap > stderr and ensemble["fall"] < weak["fall"]
+    return gap > stderr and gap >= MIN_GAP and ensemble["fall"] < weak["fall"]
 
 
-def final_gap(arms: dict) -> tuple[float, float]:
-    """The ensemble's final gold minus the weak proxy's, and the standard error of that paired difference."""
-    ensemble, weak = arms["ensemble"]["final_gold_per_opening"], arms["weak"]["final_gold_per_opening"]
-    return statistics.fmean(ensemble) - statistics.fmean(weak), overoptimisation.paired_stderr(ensemble, weak)
+def final_gap(arms: dict, arm: str = "ensemble") -> tuple[float, float]:
+    """`arm`'s final gold minus the weak proxy's, and the standard error of that paired difference."""
+    other, weak = arms[arm]["final_gold_per_opening"], arms["weak"]["final_gold_per_opening"]
+    return statistics.fmean(other) - statistics.fmean(weak), overoptimisation.paired_stderr(other, weak)
 
 
 def across(seeds: list[dict]) -> dict:
     gaps = [final_gap(s["arms"]) for s in seeds]
-    return {"size": "final gold, ensemble of four weak reward models (min) minus one of them (VADER points)",
-            "mean": statistics.fmean(g for g, _ in gaps), "range": [min(g for g, _ in gaps), max(g for g, _ in gaps)],
-            "gap_in_stderrs": [round(g / e, 1) if e else None for g, e in gaps],
-            "fall": {arm: [round(s["arms"][arm]["fall"], 3) for s in seeds] for arm in ARMS},
-            "peak_step": {arm: [s["arms"][arm]["peak_step"] for s in seeds] for arm in ARMS},
-            "final_gold": {arm: [round(s["arms"][arm]["final_gold"], 3) for s in seeds] for arm in ARMS},
-            "weak_rm_accuracy": [s["arms"]["weak"]["rm_accuracy"] for s in seeds]}
+    arms = list(seeds[0]["arms"])
+    figures = {"size": "final gold, ensemble of four weak reward models (min) minus one of them (VADER points)",
+               "mean": statistics.fmean(g for g, _ in gaps),
+               "range": [min(g for g, _ in gaps), max(g for g, _ in gaps)],
+               "gap_in_stderrs": [round(g / e, 1) if e else None for g, e in gaps],
+               "fall": {arm: [round(s["arms"][arm]["fall"], 3) for s in seeds] for arm in arms},
+               "peak_step": {arm: [s["arms"][arm]["peak_step"] for s in seeds] for arm in arms},
+               "final_gold": {arm: [round(s["arms"][arm]["final_gold"], 3) for s in seeds] for arm in arms},
+               "weak_rm_accuracy": [s["arms"]["weak"]["rm_accuracy"] for s in seeds]}
+    if "pooled" in arms:
+        pooled = [final_gap(s["arms"], "pooled") for s in seeds]
+        figures["pooled_gap"] = [round(g, 3) for g, _ in pooled]  # the pooled proxy's final gold minus weak's
+        figures["pooled_holds"] = [holds({"weak": s["arms"]["weak"], "ensemble": s["arms"]["pooled"]})
+                                   for s in seeds]  # the criterion, read with the pooled proxy in the ensemble's place
+        figures["pooled_rm_accuracy"] = [s["arms"]["pooled"]["rm_accuracy"] for s in seeds]
+    return figures
 
 
 def plot(ax, seeds: list[dict]) -> None:
-    overoptimisation.plot(ax, seeds, title="(6) gold against √KL: one weak proxy, and an ensemble of four")
+    overoptimisation.plot(ax, seeds, title="(6) gold against √KL: one weak proxy, four on their own draws, pooled")
 
 
 EFFECT = Effect(
-    title="reward-model ensembles: the worst case of four weak proxies keeps the gold that one of them loses",
-    criterion="final gold under the ensemble (min of four weak reward models) above one weak member's, by more than "
-              "the standard error of the paired difference over the held-out openings, and a smaller fall from its "
-              "own peak",
+    title="reward-model ensembles: the worst case of four weak proxies, each on its own draw of noisy pairs, keeps "
+          "the gold that one of them loses",
+    criterion="final gold under the ensemble (min of four weak reward models, each on its own 250 noisy pairs) above "
+              "one weak member's, by more than the standard error of the paired difference over the held-out "
+              f"openings and by at least {MIN_GAP} VADER points, and a smaller fall from its own peak; a proxy on the "
+              "four members' pairs pooled is reported beside it, not judged",
     notebook="09a_toolbox.ipynb",
     settings=settings, run_seed=functools.partial(overoptimisation.run_seed, needs=tuple(ARMS)), holds=holds,
     across=across, plot=plot)

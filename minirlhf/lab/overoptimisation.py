@@ -24,12 +24,18 @@ import random
 import statistics
 from pathlib import Path
 
-from minirlhf.checks import check_choice, check_count, check_non_negative
+from minirlhf.checks import check_choice, check_count, check_interval, check_non_negative
 from minirlhf.lab.effect import RUN, Effect
 
 POLICY = "tiny"  # the review model every run starts from, and the reward models' backbone
 NEEDS = ("weak", "strong")  # the arms (e)'s criterion and effect size read
 SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # the weights of a folder, whole or sharded
+MEMBER_PAIRS = {  # what each ensemble member after the first learns from
+    "same": "the first member's pairs, its flips included (members differ in their seed only)",
+    "bootstrap": "a resample with replacement of the first member's pairs (the same data budget)",
+    "fresh": "its own draw of as many pairs from the shipped ones, with its own flips (each member's budget, k times "
+             "one member's in all)",
+}
 
 
 def settings(quick: bool) -> dict:
@@ -37,13 +43,13 @@ def settings(quick: bool) -> dict:
             "proxies": {"weak": {"pairs": 250, "noise": 0.25}, "strong": {"pairs": 2000, "noise": 0.0}},
             "reward_model": {"steps": 2 if quick else 60, "lr": 1e-3, "batch_size": 16},
             "held_out_pairs": 16 if quick else 300,  # of the shipped test pairs: each proxy's accuracy
-            # the ensemble: `members` proxies like `of`, combined by `rule` (λ = `lam` for mean-std, mean-var); with
-            # `bootstrap`, each member after the first learns from a resample (with replacement) of `of`'s pairs;
-            # `backbones`: the models the members after the first start from ([]: the policy's, like `of`), such as
-            # other pre-trainings of it (scripts/build_tiny_model.py --init-seed K)
-            "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min", "lam": 1.0, "bootstrap": False,
+            # the ensemble: `members` proxies like `of`, combined by `rule` (λ = `lam` for mean-std, mean-var); the
+            # members after the first learn from `pairs` (MEMBER_PAIRS); `backbones`: the models they start from
+            # ([]: the policy's, like `of`), such as other pre-trainings of it (build_tiny_model.py --init-seed K)
+            "ensemble": {"of": "weak", "members": 2 if quick else 4, "rule": "min", "lam": 1.0, "pairs": "same",
                          "backbones": []},
-            "arms": ["weak", "strong", "ensemble"],  # the RL runs: one per proxy, and the ensemble of the weak
+            # the RL runs: one per proxy; the ensemble of the weak; "pooled": one proxy on all the members' pairs
+            "arms": ["weak", "strong", "ensemble"],
             "grpo": {"steps": 2 if quick else 80, "lr": 6e-4, "beta": 0.0, "prompts_per_step": 2 if quick else 8,
                      "group_size": 4 if quick else 8, "epochs": 1, "scale": "group"},
             "evaluation": {"every": 1 if quick else 10, "prompts": 4 if quick else 32, "samples": 2 if quick else 4}}
@@ -65,6 +71,23 @@ def bootstrap(pairs: list, seed: int) -> list:
     with other weights (about 1 − 1/e ≈ 63 % of the pairs once or more)."""
     rng = random.Random(seed)
     return [rng.choice(pairs) for _ in pairs]
+
+
+def member_pairs(settings: dict, seed: int) -> list[list]:
+    """The pairs each ensemble member learns from: the first is the proxy `of` itself (its pairs, drawn by `seed`);
+    member k ≥ 1, drawn on seed 1000·(k + 1) + seed, learns from what ensemble.pairs names (MEMBER_PAIRS)."""
+    ensemble = settings["ensemble"]
+    spec = settings["proxies"][ensemble["of"]]
+    first = proxy_pairs(spec, seed)
+    draw = {"same": lambda k: first,
+            "bootstrap": lambda k: bootstrap(first, member_seed(k, seed)),
+            "fresh": lambda k: proxy_pairs(spec, member_seed(k, seed))}[ensemble["pairs"]]
+    return [first] + [draw(k) for k in range(1, ensemble["members"])]
+
+
+def member_seed(k: int, seed: int) -> int:
+    """Member k's seed (k ≥ 1; member 0 is the proxy `of`, on `seed`): its initialisation, order and draw."""
+    return 1000 * (k + 1) + seed
 
 
 def train_proxy(pairs: list, seed: int, settings: dict):
@@ -153,23 +176,31 @@ def paired_stderr(a: list[float], b: list[float]) -> float:
 def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
     """Refuses arms and an ensemble that a run cannot make (or that the effect's criterion cannot read, `needs`),
     naming the field and its value, before any reward model trains."""
+    from minirlhf.data import load_preference_pairs
     from minirlhf.trainers.reward_model import ENSEMBLE_RULES
 
     arms, proxies, ensemble = settings["arms"], settings["proxies"], settings["ensemble"]
-    known = [*proxies, "ensemble"]
+    known = [*proxies, "ensemble", "pooled"]
     if not isinstance(arms, list):
         raise ValueError(f"arms={arms!r}: a list of arms from {', '.join(known)}")
     for i, arm in enumerate(arms):
         check_choice(f"arms[{i}]", arm, known)
     if len(set(arms)) != len(arms) or not set(needs) <= set(arms):
         raise ValueError(f"arms={arms!r}: distinct arms, holding {' and '.join(needs)} (what the criterion compares)")
-    if "ensemble" in arms:
+    shipped = len(load_preference_pairs("sentiment", "train"))
+    for name, spec in proxies.items():
+        check_count(f"proxies.{name}.pairs", spec["pairs"])
+        if spec["pairs"] > shipped:
+            raise ValueError(f"proxies.{name}.pairs={spec['pairs']!r}: at most the {shipped} shipped training pairs "
+                             f"(a draw without replacement)")
+        check_interval(f"proxies.{name}.noise", spec["noise"], 0.0, 1.0, why="the share of labels flipped")
+    if "ensemble" in arms or "pooled" in arms:  # the pooled proxy learns from the ensemble members' pairs
         check_choice("ensemble.of", ensemble["of"], list(proxies))
         check_count("ensemble.members", ensemble["members"], 2, why=f"{ensemble['of']!r} and more like it")
         check_choice("ensemble.rule", ensemble["rule"], ENSEMBLE_RULES)
         check_non_negative("ensemble.lam", ensemble["lam"], why="the weight of the members' spread")
-        if not isinstance(ensemble["bootstrap"], bool):
-            raise ValueError(f"ensemble.bootstrap={ensemble['bootstrap']!r}: true or false (members on resamples)")
+        check_choice("ensemble.pairs", ensemble["pairs"], list(MEMBER_PAIRS), why="what the members after the first "
+                     "learn from")
         check_backbones(ensemble["backbones"], ensemble["members"], settings["model"])
 
 
@@ -201,31 +232,35 @@ def check_backbones(backbones, members: int, policy: str) -> None:
 
 
 def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
-    """Trains the proxies that settings["arms"] name (the ensemble's members are the weak proxy and more like it,
-    drawn on other seeds, on its pairs or, with ensemble.bootstrap, on resamples of them, from the policy's model or,
-    with ensemble.backbones, from other pre-trainings), each standardised on p_ref's texts, then one GRPO run per
-    arm. `needs`: the arms the effect's criterion reads (`check_settings`)."""
+    """Trains the proxies that settings["arms"] name, each standardised on p_ref's texts, then one GRPO run per arm.
+    The ensemble's members are the proxy `of` and more like it, on other seeds (`member_pairs`), from the policy's
+    model or, with ensemble.backbones, from other pre-trainings. "pooled" is one proxy on all the members' pairs
+    together, trained for as many steps as the members together. `needs`: the arms the criterion reads."""
     from minirlhf.data import load_preference_pairs
     from minirlhf.trainers.reward_model import RewardEnsemble
 
     check_settings(settings, needs)
     reference = load_preference_pairs("sentiment", "test")[:128]  # p_ref's texts: each proxy's scale is read there
     texts = ([p.prompt for p in reference] * 2, [p.chosen for p in reference] + [p.rejected for p in reference])
-    of = settings["ensemble"]["of"]
-    single = [arm for arm in settings["arms"] if arm != "ensemble"]
+    ensemble, of = settings["ensemble"], settings["ensemble"]["of"]
+    wants_members = "ensemble" in settings["arms"] or "pooled" in settings["arms"]
+    single = [arm for arm in settings["arms"] if arm in settings["proxies"]]
     trained = {name: train_proxy(proxy_pairs(settings["proxies"][name], seed), seed, settings)
                for name in dict.fromkeys(single + ([of] if "ensemble" in settings["arms"] else []))}
     proxies = {name: RewardEnsemble([trained[name][0]], rule="mean").standardise(*texts) for name in single}
+    pairs = member_pairs(settings, seed) if wants_members else []  # one list of pairs per member
     if "ensemble" in settings["arms"]:
-        ensemble, pairs = settings["ensemble"], proxy_pairs(settings["proxies"][of], seed)
         backbones = ensemble["backbones"] or [settings["model"]] * (ensemble["members"] - 1)
-        members = [trained[of]] + [
-            train_proxy(bootstrap(pairs, 1000 * (k + 1) + seed) if ensemble["bootstrap"] else pairs,
-                        1000 * (k + 1) + seed, settings | {"model": backbone})
-            for k, backbone in enumerate(backbones, start=1)]  # (reward model, its held-out accuracy) each
+        members = [trained[of]] + [train_proxy(pairs[k], member_seed(k, seed), settings | {"model": backbone})
+                                   for k, backbone in enumerate(backbones, start=1)]  # (reward model, accuracy) each
         proxies["ensemble"] = RewardEnsemble([model for model, _ in members], rule=ensemble["rule"],
                                              lam=ensemble["lam"]).standardise(*texts)
-    arms = {name: rl_run(proxy, settings, seed) for name, proxy in proxies.items()}
+    if "pooled" in settings["arms"]:
+        steps = settings["reward_model"]["steps"] * ensemble["members"]
+        trained["pooled"] = train_proxy([pair for member in pairs for pair in member], seed,
+                                        settings | {"reward_model": settings["reward_model"] | {"steps": steps}})
+        proxies["pooled"] = RewardEnsemble([trained["pooled"][0]], rule="mean").standardise(*texts)
+    arms = {name: rl_run(proxies[name], settings, seed) for name in settings["arms"]}
     for name, figures in arms.items():
         figures["rm_accuracy"] = trained[name][1] if name in trained else None
         figures["peak_step"] = figures["steps"][figures["peak"]]
@@ -258,7 +293,7 @@ def _in_stderrs(figures: dict, change: str) -> float | None:
     return round(figures[change] / figures[f"{change}_stderr"], 1) if figures[f"{change}_stderr"] else None
 
 
-COLORS = {"weak": "C3", "strong": "C0", "ensemble": "C2"}
+COLORS = {"weak": "C3", "strong": "C0", "ensemble": "C2", "pooled": "C4"}
 
 
 def plot(ax, seeds: list[dict], title: str = "(e) gold against √KL, GRPO on a learned proxy") -> None:
