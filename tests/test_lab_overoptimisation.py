@@ -77,6 +77,15 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["proxies"]["weak"].update(noise=float("nan")), r"proxies.weak.noise must lie in .*got nan"),
     (lambda s: s["proxies"]["weak"].update(noise="25%"), r"proxies.weak.noise must lie in .*got '25%'"),
     (lambda s: s.update(arms=["weak", "pooled"]), r"holding weak and ensemble"),
+    # an older record's settings: ensemble.bootstrap was silently ignored, a missing ensemble.pairs a KeyError
+    (lambda s: s["ensemble"].update(bootstrap=True),
+     r"ensemble.bootstrap=True: no such setting \(replaced by ensemble.pairs: 'bootstrap' for true, 'same' for"),
+    (lambda s: s["ensemble"].pop("pairs"), r"ensemble=\{.*\}: missing pairs"),
+    (lambda s: s["ensemble"].update(member=3), r"ensemble.member=3: no such setting \(ensemble holds of, members"),
+    (lambda s: s["proxies"]["weak"].pop("noise"), r"proxies.weak=\{'pairs': 250\}: missing noise"),
+    (lambda s: s["proxies"]["weak"].update(flips=0.25), r"proxies.weak.flips=0.25: no such setting"),
+    (lambda s: s["proxies"].update(weak=250), r"proxies.weak=250: a dict of pairs, noise"),
+    (lambda s: s["proxies"].update(pooled={"pairs": 10, "noise": 0.0}), r"proxies.pooled: the name of the arm"),
     (lambda s: s["ensemble"].update(members=1) or s.update(arms=["weak", "ensemble"]), r"ensemble.members"),
     (lambda s: s["ensemble"].update(backbones="tiny"), r"ensemble.backbones='tiny': \[\] or a list of 1 models"),
     (lambda s: s["ensemble"].update(backbones=["tiny", "tiny"]), r"a list of 1 models"),
@@ -286,3 +295,4 @@ def _arm(final_per_opening: list[float], fall: float) -> dict:
 ])
 def test_the_ensemble_criterion_asks_for_a_real_gap_and_a_smaller_fall(ensemble, weak, shows, why):
     assert ensembles.holds({"weak": weak, "ensemble": ensemble}) is shows, why
+

@@ -55,6 +55,10 @@ def settings(quick: bool) -> dict:
             "evaluation": {"every": 1 if quick else 10, "prompts": 4 if quick else 32, "samples": 2 if quick else 4}}
 
 
+PROXY_FIELDS = tuple(settings(quick=False)["proxies"]["weak"])  # what every proxy's settings hold
+ENSEMBLE_FIELDS = tuple(settings(quick=False)["ensemble"])  # and the ensemble's
+
+
 def proxy_pairs(spec: dict, seed: int) -> list:
     """The proxy's training pairs: `pairs` of the shipped 2000 (drawn by `seed`), a share `noise` of them with
     chosen and rejected swapped (a labeller who disagrees with the gold)."""
@@ -180,7 +184,8 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
     from minirlhf.trainers.reward_model import ENSEMBLE_RULES
 
     arms, proxies, ensemble = settings["arms"], settings["proxies"], settings["ensemble"]
-    known = [*proxies, "ensemble", "pooled"]
+    combined = ["ensemble", "pooled"]  # the arms made from the ensemble's members, not from one proxy of `proxies`
+    known = [*proxies, *combined]
     if not isinstance(arms, list):
         raise ValueError(f"arms={arms!r}: a list of arms from {', '.join(known)}")
     for i, arm in enumerate(arms):
@@ -189,12 +194,16 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
         raise ValueError(f"arms={arms!r}: distinct arms, holding {' and '.join(needs)} (what the criterion compares)")
     shipped = len(load_preference_pairs("sentiment", "train"))
     for name, spec in proxies.items():
+        if name in combined:
+            raise ValueError(f"proxies.{name}: the name of the arm made from the ensemble's members; name it otherwise")
+        check_fields(f"proxies.{name}", spec, PROXY_FIELDS)
         check_count(f"proxies.{name}.pairs", spec["pairs"])
         if spec["pairs"] > shipped:
             raise ValueError(f"proxies.{name}.pairs={spec['pairs']!r}: at most the {shipped} shipped training pairs "
                              f"(a draw without replacement)")
         check_interval(f"proxies.{name}.noise", spec["noise"], 0.0, 1.0, why="the share of labels flipped")
     if "ensemble" in arms or "pooled" in arms:  # the pooled proxy learns from the ensemble members' pairs
+        check_fields("ensemble", ensemble, ENSEMBLE_FIELDS)
         check_choice("ensemble.of", ensemble["of"], list(proxies))
         check_count("ensemble.members", ensemble["members"], 2, why=f"{ensemble['of']!r} and more like it")
         check_choice("ensemble.rule", ensemble["rule"], ENSEMBLE_RULES)
@@ -202,6 +211,23 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
         check_choice("ensemble.pairs", ensemble["pairs"], list(MEMBER_PAIRS), why="what the members after the first "
                      "learn from")
         check_backbones(ensemble["backbones"], ensemble["members"], settings["model"])
+
+
+RENAMED = {"ensemble.bootstrap": "replaced by ensemble.pairs: 'bootstrap' for true, 'same' for false"}
+
+
+def check_fields(name: str, value, fields) -> None:
+    """`value` is a dict of exactly `fields`: a field left out would end in a KeyError that names no setting, an
+    unknown one (a typo, a field an older record holds) would be ignored without a word."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}={value!r}: a dict of {', '.join(fields)}")
+    for field in value:
+        if field not in fields:
+            why = RENAMED.get(f"{name}.{field}", f"{name} holds {', '.join(fields)}")
+            raise ValueError(f"{name}.{field}={value[field]!r}: no such setting ({why})")
+    missing = [field for field in fields if field not in value]
+    if missing:
+        raise ValueError(f"{name}={value!r}: missing {', '.join(missing)}")
 
 
 def check_backbones(backbones, members: int, policy: str) -> None:
