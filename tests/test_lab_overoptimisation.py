@@ -86,6 +86,8 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["proxies"]["weak"].update(flips=0.25), r"proxies.weak.flips=0.25: no such setting"),
     (lambda s: s["proxies"].update(weak=250), r"proxies.weak=250: a dict of pairs, noise"),
     (lambda s: s["proxies"].update(pooled={"pairs": 10, "noise": 0.0}), r"proxies.pooled: the name of the arm"),
+    # a fresh draw of all the shipped pairs, none flipped, is the same pairs: "fresh" would be "same"
+    (lambda s: s["ensemble"].update(of="strong"), r"ensemble.pairs='fresh' with proxies.strong \(2000 pairs, none"),
     (lambda s: s["ensemble"].update(members=1) or s.update(arms=["weak", "ensemble"]), r"ensemble.members"),
     (lambda s: s["ensemble"].update(backbones="tiny"), r"ensemble.backbones='tiny': \[\] or a list of 1 models"),
     (lambda s: s["ensemble"].update(backbones=["tiny", "tiny"]), r"a list of 1 models"),
@@ -295,4 +297,15 @@ def _arm(final_per_opening: list[float], fall: float) -> dict:
 ])
 def test_the_ensemble_criterion_asks_for_a_real_gap_and_a_smaller_fall(ensemble, weak, shows, why):
     assert ensembles.holds({"weak": weak, "ensemble": ensemble}) is shows, why
+
+
+def test_fresh_members_of_every_shipped_pair_need_flips_of_their_own_to_differ():
+    from minirlhf.lab import settings_of
+
+    settings = settings_of("6", quick=True)
+    settings["ensemble"]["of"] = "strong"
+    for pairs in ("same", "bootstrap"):  # what the members do differ by: their seeds, their resamples
+        check_settings(settings | {"ensemble": settings["ensemble"] | {"pairs": pairs}}, tuple(ensembles.ARMS))
+    settings["proxies"]["strong"]["noise"] = 0.1  # every pair, each member with its own flips
+    check_settings(settings, tuple(ensembles.ARMS))
 

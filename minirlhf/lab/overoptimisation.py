@@ -33,8 +33,9 @@ SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # the weigh
 MEMBER_PAIRS = {  # what each ensemble member after the first learns from
     "same": "the first member's pairs, its flips included (members differ in their seed only)",
     "bootstrap": "a resample with replacement of the first member's pairs (the same data budget)",
-    "fresh": "its own draw of as many pairs from the shipped ones, with its own flips (each member's budget, k times "
-             "one member's in all)",
+    "fresh": "its own draw of as many pairs from the shipped ones, with its own flips: one member's budget each, "
+             "members times its labels in all; the draws are independent, so two of n of the N shipped pairs share "
+             "about n²/N (and a draw of all N is the same pairs)",
 }
 
 
@@ -210,6 +211,10 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
         check_non_negative("ensemble.lam", ensemble["lam"], why="the weight of the members' spread")
         check_choice("ensemble.pairs", ensemble["pairs"], list(MEMBER_PAIRS), why="what the members after the first "
                      "learn from")
+        spec = proxies[ensemble["of"]]
+        if ensemble["pairs"] == "fresh" and spec["pairs"] == shipped and spec["noise"] == 0:
+            raise ValueError(f"ensemble.pairs='fresh' with proxies.{ensemble['of']} ({shipped} pairs, none flipped): "
+                             f"every draw is all {shipped} shipped pairs, as 'same'; draw fewer or flip some")
         check_backbones(ensemble["backbones"], ensemble["members"], settings["model"])
 
 
