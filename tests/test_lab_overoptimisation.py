@@ -309,3 +309,30 @@ def test_fresh_members_of_every_shipped_pair_need_flips_of_their_own_to_differ()
     settings["proxies"]["strong"]["noise"] = 0.1  # every pair, each member with its own flips
     check_settings(settings, tuple(ensembles.ARMS))
 
+
+@pytest.mark.parametrize("reward_model, pooled", [
+    ({"lr": 1e-3, "batch_size": 16}, {"lr": 1e-3, "batch_size": 16, "steps": 4 * 150}),  # RewardModelConfig's steps
+    ({"epochs": 2.0, "lr": 1e-3, "batch_size": 16}, {"epochs": 2.0, "lr": 1e-3, "batch_size": 16}),  # by the pairs
+])
+def test_the_pooled_proxy_trains_as_long_as_the_members_together_without_a_steps_setting(reward_model, pooled,
+                                                                                          monkeypatch):
+    """Without reward_model.steps the pooled arm stopped on a KeyError after the members had trained; with `epochs`
+    the steps follow the pairs, members times as many for the pooled proxy."""
+    from minirlhf.lab import settings_of
+
+    class Scorer(torch.nn.Module):
+        def score(self, prompts, completions, tokenizer=None):
+            return [float(len(c)) for c in completions]
+
+    calls = []
+
+    def train_proxy(pairs, seed, settings):
+        calls.append(settings["reward_model"])
+        return Scorer(), 0.5
+
+    monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
+    monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
+    settings = settings_of("6", quick=False) | {"reward_model": reward_model}
+    overoptimisation.run_seed(0, settings, tuple(ensembles.ARMS))
+    assert calls == [reward_model] * 4 + [pooled]
+

@@ -95,6 +95,18 @@ def member_seed(k: int, seed: int) -> int:
     return 1000 * (k + 1) + seed
 
 
+def pooled_training(settings: dict) -> dict:
+    """The pooled proxy's reward_model settings: as many steps as the ensemble's members together, members × one
+    member's `steps` (RewardModelConfig's when the settings leave it out); with `epochs`, which sets the steps from
+    the pairs, as they are (the same passes over members times as many pairs)."""
+    from minirlhf.trainers.reward_model import RewardModelConfig
+
+    reward_model, members = settings["reward_model"], settings["ensemble"]["members"]
+    if reward_model.get("epochs") is not None:
+        return reward_model
+    return reward_model | {"steps": reward_model.get("steps", RewardModelConfig.steps) * members}
+
+
 def train_proxy(pairs: list, seed: int, settings: dict):
     """A reward model on `pairs` from settings["model"]'s backbone (the policy's, or an ensemble member's own); its
     accuracy on the held-out (clean) pairs."""
@@ -287,9 +299,8 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
         proxies["ensemble"] = RewardEnsemble([model for model, _ in members], rule=ensemble["rule"],
                                              lam=ensemble["lam"]).standardise(*texts)
     if "pooled" in settings["arms"]:
-        steps = settings["reward_model"]["steps"] * ensemble["members"]
         trained["pooled"] = train_proxy([pair for member in pairs for pair in member], seed,
-                                        settings | {"reward_model": settings["reward_model"] | {"steps": steps}})
+                                        settings | {"reward_model": pooled_training(settings)})
         proxies["pooled"] = RewardEnsemble([trained["pooled"][0]], rule="mean").standardise(*texts)
     arms = {name: rl_run(proxies[name], settings, seed) for name in settings["arms"]}
     for name, figures in arms.items():
