@@ -336,3 +336,24 @@ def test_the_pooled_proxy_trains_as_long_as_the_members_together_without_a_steps
     overoptimisation.run_seed(0, settings, tuple(ensembles.ARMS))
     assert calls == [reward_model] * 4 + [pooled]
 
+
+def test_the_ensemble_figure_names_every_arm_in_its_own_colour_under_a_title_that_fits():
+    """The benchmark draws each effect on a 6 x 4 inch figure: (6)'s title ran past its right edge."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curve = {"kl": [0.0, 1.0, 4.0], "gold": [0.1, 0.5, 0.2]}
+    seeds = [{"arms": {arm: curve for arm in ("weak", "ensemble", "pooled")}} for _ in range(2)]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ensembles.plot(ax, seeds)
+    fig.tight_layout()
+    fig.canvas.draw()
+    title, frame = ax.title.get_window_extent(), fig.bbox
+    assert frame.x0 <= title.x0 and title.x1 <= frame.x1, ax.get_title()
+    legend = ax.get_legend()
+    assert [text.get_text() for text in legend.get_texts()] == ["weak", "ensemble", "pooled"]
+    assert len({line.get_color() for line in legend.get_lines()}) == 3
+    plt.close(fig)

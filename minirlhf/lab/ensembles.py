@@ -70,7 +70,7 @@ def across(seeds: list[dict]) -> dict:
 
 
 def plot(ax, seeds: list[dict]) -> None:
-    overoptimisation.plot(ax, seeds, title="(6) gold against √KL: one weak proxy, four on their own draws, pooled")
+    overoptimisation.plot(ax, seeds, title="(6) gold against √KL: weak, ensemble, pooled")
 
 
 EFFECT = Effect(
