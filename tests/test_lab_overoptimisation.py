@@ -86,6 +86,8 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["proxies"]["weak"].update(flips=0.25), r"proxies.weak.flips=0.25: no such setting"),
     (lambda s: s["proxies"].update(weak=250), r"proxies.weak=250: a dict of pairs, noise"),
     (lambda s: s["proxies"].update(pooled={"pairs": 10, "noise": 0.0}), r"proxies.pooled: the name of the arm"),
+    # (6) judges the ensemble against the weak arm: an ensemble of the strong proxy would be compared with no member
+    (lambda s: s["ensemble"].update(of="strong", pairs="same"), r"ensemble.of='strong': \(6\) compares the ensemble"),
     # a fresh draw of all the shipped pairs, none flipped, is the same pairs: "fresh" would be "same"
     (lambda s: s["ensemble"].update(of="strong"), r"ensemble.pairs='fresh' with proxies.strong \(2000 pairs, none"),
     (lambda s: s["ensemble"].update(members=1) or s.update(arms=["weak", "ensemble"]), r"ensemble.members"),

@@ -19,7 +19,6 @@ from its own peak. The criterion compares the ensemble with its weak member; the
 
 from __future__ import annotations
 
-import functools
 import statistics
 
 import minirlhf.lab.overoptimisation as overoptimisation
@@ -32,6 +31,16 @@ MIN_GAP = 0.05  # VADER points: a gap smaller than this is no gain, however smal
 def settings(quick: bool) -> dict:
     base = overoptimisation.settings(quick)
     return base | {"arms": [*ARMS, "pooled"], "ensemble": base["ensemble"] | {"pairs": "fresh"}}
+
+
+def run_seed(seed: int, settings: dict) -> dict:
+    """(e)'s run (`overoptimisation.run_seed`) of the arms the criterion reads: the ensemble and its first member
+    alone, the weak proxy (an ensemble of another proxy would be judged against a proxy it does not hold)."""
+    overoptimisation.check_settings(settings, tuple(ARMS))
+    if settings["ensemble"]["of"] != ARMS[0]:
+        raise ValueError(f"ensemble.of={settings['ensemble']['of']!r}: (6) compares the ensemble with its first member "
+                         f"alone, the arm {ARMS[0]!r}: it must be an ensemble of {ARMS[0]!r}")
+    return overoptimisation.run_seed(seed, settings, tuple(ARMS))
 
 
 def holds(arms: dict) -> bool:
@@ -81,5 +90,5 @@ EFFECT = Effect(
               f"openings and by at least {MIN_GAP} VADER points, and a smaller fall from its own peak; a proxy on the "
               "four members' pairs pooled is reported beside it, not judged",
     notebook="09a_toolbox.ipynb",
-    settings=settings, run_seed=functools.partial(overoptimisation.run_seed, needs=tuple(ARMS)), holds=holds,
+    settings=settings, run_seed=run_seed, holds=holds,
     across=across, plot=plot)
