@@ -359,3 +359,25 @@ def test_the_ensemble_figure_names_every_arm_in_its_own_colour_under_a_title_tha
     assert [text.get_text() for text in legend.get_texts()] == ["weak", "ensemble", "pooled"]
     assert len({line.get_color() for line in legend.get_lines()}) == 3
     plt.close(fig)
+
+
+def _seed(gap: float, pooled: float | None, members: int = 2) -> dict:
+    """One seed's figures: the weak proxy ends at 0.1 on four openings, the ensemble `gap` above it, the pooled
+    proxy `pooled` above it (None: no pooled arm)."""
+    def arm(shift: float, fall: float) -> dict:
+        return {"final_gold_per_opening": [0.1 + shift + d for d in (0.01, -0.01, 0.02, -0.02)], "fall": fall,
+                "peak_step": 10, "final_gold": 0.1 + shift, "rm_accuracy": 0.6}
+
+    arms = {"weak": arm(0.0, 0.5), "ensemble": arm(gap, 0.0) | {"member_accuracy": [0.6] * members}}
+    return {"arms": arms | ({} if pooled is None else {"pooled": arm(pooled, 0.1)})}
+
+
+def test_the_ensemble_summary_counts_the_members_and_reports_the_pooled_arm_only_when_it_ran():
+    """The summary said "ensemble of four weak reward models (min)" whatever the members (quick mode has two)."""
+    both = ensembles.across([_seed(0.3, 0.2), _seed(0.5, 0.01)])
+    assert "ensemble of 2 reward models" in both["size"] and both["mean"] == pytest.approx(0.4)
+    assert both["pooled_gap"] == [0.2, 0.01] and both["pooled_holds"] == [True, False]  # 0.01 < MIN_GAP
+    assert both["final_gold"]["pooled"] == [0.3, 0.11] and both["pooled_rm_accuracy"] == [0.6, 0.6]
+    alone = ensembles.across([_seed(0.3, None, members=4)])
+    assert "ensemble of 4 reward models" in alone["size"] and list(alone["fall"]) == ["weak", "ensemble"]
+    assert not {key for key in alone if key.startswith("pooled")}

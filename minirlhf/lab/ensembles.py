@@ -61,7 +61,9 @@ def final_gap(arms: dict, arm: str = "ensemble") -> tuple[float, float]:
 def across(seeds: list[dict]) -> dict:
     gaps = [final_gap(s["arms"]) for s in seeds]
     arms = list(seeds[0]["arms"])
-    figures = {"size": "final gold, ensemble of four weak reward models (min) minus one of them (VADER points)",
+    members = len(seeds[0]["arms"]["ensemble"]["member_accuracy"])
+    figures = {"size": f"final gold, the ensemble of {members} reward models minus its first member alone, the weak "
+                       f"proxy (VADER points)",
                "mean": statistics.fmean(g for g, _ in gaps),
                "range": [min(g for g, _ in gaps), max(g for g, _ in gaps)],
                "gap_in_stderrs": [round(g / e, 1) if e else None for g, e in gaps],
