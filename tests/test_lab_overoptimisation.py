@@ -120,34 +120,43 @@ def test_a_bootstrap_resample_keeps_the_data_budget_and_repeats_some_pairs():
     assert resample == overoptimisation.bootstrap(pairs, seed=7) != overoptimisation.bootstrap(pairs, seed=8)
 
 
-def test_each_member_after_the_first_learns_from_its_own_backbone_on_the_same_pairs(monkeypatch):
-    from minirlhf.lab import settings_of
+class _Scorer(torch.nn.Module):
+    def score(self, prompts, completions, tokenizer=None):
+        return [float(len(c)) for c in completions]
 
-    class Scorer(torch.nn.Module):
-        def score(self, prompts, completions, tokenizer=None):
-            return [float(len(c)) for c in completions]
 
+@pytest.fixture
+def trained(monkeypatch) -> list[tuple]:
+    """Each reward model the run trains, as (its pairs, seed, settings), in order; nothing trains and no RL runs.
+    The k-th model's held-out accuracy is 0.5 + k/100."""
     calls = []
 
     def train_proxy(pairs, seed, settings):
-        calls.append((settings["model"], seed, [p.chosen for p in pairs]))
-        return Scorer(), 0.5
+        calls.append((pairs, seed, settings))
+        return _Scorer(), 0.5 + len(calls) / 100
 
     monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
     monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
+    return calls
+
+
+def test_each_member_after_the_first_learns_from_its_own_backbone_on_the_same_pairs(trained):
+    from minirlhf.lab import settings_of
+
+    calls = trained
     settings = settings_of("6", quick=False)
     assert settings["ensemble"]["backbones"] == []  # the record: every member from the policy's own model
     settings["ensemble"]["pairs"], settings["arms"] = "same", ["weak", "ensemble"]
     overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
-    assert [model for model, _, _ in calls] == ["tiny"] * 4
+    assert [config["model"] for _, _, config in calls] == ["tiny"] * 4
     calls.clear()
     others = ["tiny-sft", str(SHIPPED["tiny-lab"]), "tiny-calculator"]  # the policy's tokenizer, other weights
     settings["ensemble"]["backbones"] = others
     arms = overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
-    assert [model for model, _, _ in calls] == ["tiny", *others]
+    assert [config["model"] for _, _, config in calls] == ["tiny", *others]
     assert [seed for _, seed, _ in calls] == [5, 2005, 3005, 4005]  # the weak proxy's seed, then one per member
-    assert all(chosen == calls[0][2] for _, _, chosen in calls)  # the weak proxy's 250 pairs, flips included
-    assert arms["ensemble"]["member_accuracy"] == [0.5] * 4 and arms["weak"]["rm_accuracy"] == 0.5
+    assert all(pairs == calls[0][0] for pairs, _, _ in calls)  # the weak proxy's 250 pairs, flips included
+    assert arms["ensemble"]["member_accuracy"] == [0.51, 0.52, 0.53, 0.54] and arms["weak"]["rm_accuracy"] == 0.51
 
 
 def test_a_backbone_with_another_tokenizer_is_refused_before_any_training(tmp_path, monkeypatch):
@@ -253,32 +262,20 @@ def test_fresh_members_flip_their_own_quarter_of_the_labels():
     assert not flips[0] & flips[1] & flips[2]
 
 
-def test_the_pooled_arm_learns_from_every_members_pairs_for_as_many_steps_as_the_members(monkeypatch):
+def test_the_pooled_arm_learns_from_every_members_pairs_for_as_many_steps_as_the_members(trained):
     from minirlhf.lab import settings_of
 
-    class Scorer(torch.nn.Module):
-        def score(self, prompts, completions, tokenizer=None):
-            return [float(len(c)) for c in completions]
-
-    calls = []
-
-    def train_proxy(pairs, seed, settings):
-        calls.append((seed, [_key(p) for p in pairs], settings["reward_model"]["steps"]))
-        return Scorer(), 0.5 + len(calls) / 100
-
-    monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
-    monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
     settings = settings_of("6", quick=False)
     assert settings["arms"] == ["weak", "ensemble", "pooled"] and settings["ensemble"]["pairs"] == "fresh"
     arms = overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
     assert list(arms) == ["weak", "ensemble", "pooled"]
+    calls = [(seed, [_key(p) for p in pairs], config["reward_model"]["steps"]) for pairs, seed, config in trained]
     members = [[_key(p) for p in pairs] for pairs in overoptimisation.member_pairs(settings, 5)]
     assert [(seed, pairs) for seed, pairs, _ in calls[:4]] == list(zip([5, 2005, 3005, 4005], members, strict=True))
     pooled_seed, pooled_pairs, pooled_steps = calls[4]
     assert pooled_pairs == [pair for member in members for pair in member] and pooled_steps == 4 * 60
     assert len(calls) == 5 and pooled_seed == 5
     assert arms["pooled"]["rm_accuracy"] == 0.55 and arms["ensemble"]["member_accuracy"] == [0.51, 0.52, 0.53, 0.54]
-    calls.clear()
     settings["arms"] = ["weak", "pooled", "ensemble"]  # the order of the arms is the order of the runs
     assert list(overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))) == ["weak", "pooled", "ensemble"]
 
@@ -317,26 +314,14 @@ def test_fresh_members_of_every_shipped_pair_need_flips_of_their_own_to_differ()
     ({"epochs": 2.0, "lr": 1e-3, "batch_size": 16}, {"epochs": 2.0, "lr": 1e-3, "batch_size": 16}),  # by the pairs
 ])
 def test_the_pooled_proxy_trains_as_long_as_the_members_together_without_a_steps_setting(reward_model, pooled,
-                                                                                          monkeypatch):
+                                                                                          trained):
     """Without reward_model.steps the pooled arm stopped on a KeyError after the members had trained; with `epochs`
     the steps follow the pairs, members times as many for the pooled proxy."""
     from minirlhf.lab import settings_of
 
-    class Scorer(torch.nn.Module):
-        def score(self, prompts, completions, tokenizer=None):
-            return [float(len(c)) for c in completions]
-
-    calls = []
-
-    def train_proxy(pairs, seed, settings):
-        calls.append(settings["reward_model"])
-        return Scorer(), 0.5
-
-    monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
-    monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
     settings = settings_of("6", quick=False) | {"reward_model": reward_model}
     overoptimisation.run_seed(0, settings, tuple(ensembles.ARMS))
-    assert calls == [reward_model] * 4 + [pooled]
+    assert [config["reward_model"] for _, _, config in trained] == [reward_model] * 4 + [pooled]
 
 
 def test_the_ensemble_figure_names_every_arm_in_its_own_colour_under_a_title_that_fits():
