@@ -290,7 +290,11 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     single = [arm for arm in settings["arms"] if arm in settings["proxies"]]
     trained = {name: train_proxy(proxy_pairs(settings["proxies"][name], seed), seed, settings)
                for name in dict.fromkeys(single + ([of] if "ensemble" in settings["arms"] else []))}
-    proxies = {name: RewardEnsemble([trained[name][0]], rule="mean").standardise(*texts) for name in single}
+
+    def alone(name: str) -> RewardEnsemble:  # one trained reward model, standardised on p_ref's texts
+        return RewardEnsemble([trained[name][0]], rule="mean").standardise(*texts)
+
+    proxies = {name: alone(name) for name in single}
     pairs = member_pairs(settings, seed) if wants_members else []  # one list of pairs per member
     if "ensemble" in settings["arms"]:
         backbones = ensemble["backbones"] or [settings["model"]] * (ensemble["members"] - 1)
@@ -301,7 +305,7 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     if "pooled" in settings["arms"]:
         trained["pooled"] = train_proxy([pair for member in pairs for pair in member], seed,
                                         settings | {"reward_model": pooled_training(settings)})
-        proxies["pooled"] = RewardEnsemble([trained["pooled"][0]], rule="mean").standardise(*texts)
+        proxies["pooled"] = alone("pooled")
     arms = {name: rl_run(proxies[name], settings, seed) for name in settings["arms"]}
     for name, figures in arms.items():
         figures["rm_accuracy"] = trained[name][1] if name in trained else None
