@@ -86,6 +86,10 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["proxies"]["weak"].update(flips=0.25), r"proxies.weak.flips=0.25: no such setting"),
     (lambda s: s["proxies"].update(weak=250), r"proxies.weak=250: a dict of pairs, noise"),
     (lambda s: s["proxies"].update(pooled={"pairs": 10, "noise": 0.0}), r"proxies.pooled: the name of the arm"),
+    # one held-out opening has no standard error: the run ended on a StatisticsError after its first RL run
+    (lambda s: s["evaluation"].update(prompts=1), r"evaluation.prompts must be an integer >= 2 .*got 1"),
+    (lambda s: s["evaluation"].update(prompts=500), r"evaluation.prompts=500: at most the 100 held-out openings"),
+    (lambda s: s["evaluation"].update(samples=0), r"evaluation.samples must be an integer >= 1 .*got 0"),
     # (6) judges the ensemble against the weak arm: an ensemble of the strong proxy would be compared with no member
     (lambda s: s["ensemble"].update(of="strong", pairs="same"), r"ensemble.of='strong': \(6\) compares the ensemble"),
     # a fresh draw of all the shipped pairs, none flipped, is the same pairs: "fresh" would be "same"

@@ -191,9 +191,10 @@ def paired_stderr(a: list[float], b: list[float]) -> float:
 
 
 def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
-    """Refuses arms and an ensemble that a run cannot make (or that the effect's criterion cannot read, `needs`),
-    naming the field and its value, before any reward model trains."""
+    """Refuses arms, proxies, an ensemble and a held-out evaluation that a run cannot make (or arms the effect's
+    criterion cannot read, `needs`), naming the field and its value, before any reward model trains."""
     from minirlhf.data import load_preference_pairs
+    from minirlhf.tasks.reviews import sentiment_prompts
     from minirlhf.trainers.reward_model import ENSEMBLE_RULES
 
     arms, proxies, ensemble = settings["arms"], settings["proxies"], settings["ensemble"]
@@ -205,6 +206,11 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
         check_choice(f"arms[{i}]", arm, known)
     if len(set(arms)) != len(arms) or not set(needs) <= set(arms):
         raise ValueError(f"arms={arms!r}: distinct arms, holding {' and '.join(needs)} (what the criterion compares)")
+    evaluation, openings = settings["evaluation"], len(sentiment_prompts("test"))
+    check_count("evaluation.prompts", evaluation["prompts"], 2, why="gold's standard error is over the openings")
+    if evaluation["prompts"] > openings:
+        raise ValueError(f"evaluation.prompts={evaluation['prompts']!r}: at most the {openings} held-out openings")
+    check_count("evaluation.samples", evaluation["samples"], why="continuations of each opening")
     shipped = len(load_preference_pairs("sentiment", "train"))
     for name, spec in proxies.items():
         if name in combined:
