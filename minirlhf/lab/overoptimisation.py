@@ -31,7 +31,7 @@ POLICY = "tiny"  # the review model every run starts from, and the reward models
 NEEDS = ("weak", "strong")  # the arms (e)'s criterion and effect size read
 SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # the weights of a folder, whole or sharded
 MEMBER_PAIRS = {  # what each ensemble member after the first learns from
-    "same": "the first member's pairs, its flips included (members differ in their seed only)",
+    "same": "the first member's pairs, its flips included (members differ in their seed, and backbone if given)",
     "bootstrap": "a resample with replacement of the first member's pairs (the same data budget)",
     "fresh": "its own draw of as many pairs from the shipped ones, with its own flips: one member's budget each, "
              "members times its labels in all; the draws are independent, so two of n of the N shipped pairs share "
@@ -284,7 +284,9 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     """Trains the proxies that settings["arms"] name, each standardised on p_ref's texts, then one GRPO run per arm.
     The ensemble's members are the proxy `of` and more like it, on other seeds (`member_pairs`), from the policy's
     model or, with ensemble.backbones, from other pre-trainings. "pooled" is one proxy on all the members' pairs
-    together, trained for as many steps as the members together. `needs`: the arms the criterion reads."""
+    together, from the policy's model whatever the backbones, trained for as many steps as the members together
+    (`pooled_training`; with ensemble.pairs "same", `of`'s pairs members times over: `of` trained longer). `needs`:
+    the arms the criterion reads."""
     from minirlhf.data import load_preference_pairs
     from minirlhf.trainers.reward_model import RewardEnsemble
 
