@@ -56,6 +56,7 @@ def settings(quick: bool) -> dict:
             "evaluation": {"every": 1 if quick else 10, "prompts": 4 if quick else 32, "samples": 2 if quick else 4}}
 
 
+FIELDS = tuple(settings(quick=False))  # what the settings hold
 PROXY_FIELDS = tuple(settings(quick=False)["proxies"]["weak"])  # what every proxy's settings hold
 ENSEMBLE_FIELDS = tuple(settings(quick=False)["ensemble"])  # and the ensemble's
 
@@ -197,6 +198,7 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
     from minirlhf.tasks.reviews import sentiment_prompts
     from minirlhf.trainers.reward_model import ENSEMBLE_RULES
 
+    check_fields("", settings, FIELDS)
     arms, proxies, ensemble = settings["arms"], settings["proxies"], settings["ensemble"]
     combined = ["ensemble", "pooled"]  # the arms made from the ensemble's members, not from one proxy of `proxies`
     known = [*proxies, *combined]
@@ -240,17 +242,19 @@ RENAMED = {"ensemble.bootstrap": "replaced by ensemble.pairs: 'bootstrap' for tr
 
 
 def check_fields(name: str, value, fields) -> None:
-    """`value` is a dict of exactly `fields`: a field left out would end in a KeyError that names no setting, an
-    unknown one (a typo, a field an older record holds) would be ignored without a word."""
+    """`value`, the settings' field `name` ("": the settings themselves), is a dict of exactly `fields`: a field
+    left out would end in a KeyError that names no setting, an unknown one (a typo, a field an older record holds)
+    would be ignored without a word."""
+    prefix, where = (f"{name}.", name) if name else ("", "the settings")
     if not isinstance(value, dict):
         raise ValueError(f"{name}={value!r}: a dict of {', '.join(fields)}")
     for field in value:
         if field not in fields:
-            why = RENAMED.get(f"{name}.{field}", f"{name} holds {', '.join(fields)}")
-            raise ValueError(f"{name}.{field}={value[field]!r}: no such setting ({why})")
-    missing = [field for field in fields if field not in value]
+            why = RENAMED.get(prefix + field, f"the fields of {where}: {', '.join(fields)}")
+            raise ValueError(f"{prefix}{field}={value[field]!r}: no such setting ({why})")
+    missing = [prefix + field for field in fields if field not in value]
     if missing:
-        raise ValueError(f"{name}={value!r}: missing {', '.join(missing)}")
+        raise ValueError(f"{', '.join(missing)}: missing (the fields of {where}: {', '.join(fields)})")
 
 
 def check_backbones(backbones, members: int, policy: str) -> None:
