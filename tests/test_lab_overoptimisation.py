@@ -92,6 +92,11 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["evaluation"].update(prompts=1), r"evaluation.prompts must be an integer >= 2 .*got 1"),
     (lambda s: s["evaluation"].update(prompts=500), r"evaluation.prompts=500: at most the 100 held-out openings"),
     (lambda s: s["evaluation"].update(samples=0), r"evaluation.samples must be an integer >= 1 .*got 0"),
+    # the RL runs' settings: the reward models all trained before GRPOConfig refused them
+    (lambda s: s["grpo"].update(betta=0.1), r"grpo=.*unexpected keyword argument 'betta'"),
+    (lambda s: s["grpo"].update(seed=3), r"grpo=.*multiple values for keyword argument 'seed'"),
+    (lambda s: s["grpo"].update(lr=-1.0), r"GRPOConfig.lr must be > 0, got -1.0"),
+    (lambda s: s["evaluation"].update(every=0), r"evaluation.every must be an integer >= 1 .*got 0"),
     # (6) judges the ensemble against the weak arm: an ensemble of the strong proxy would be compared with no member
     (lambda s: s["ensemble"].update(of="strong", pairs="same"), r"ensemble.of='strong': \(6\) compares the ensemble"),
     # a fresh draw of all the shipped pairs, none flipped, is the same pairs: "fresh" would be "same"

@@ -160,17 +160,24 @@ def rl_run(proxy, settings: dict, seed: int) -> dict:
     """GRPO against `proxy` (never the gold) from the policy; the held-out curves and the turn of the gold."""
     from minirlhf.models import frozen_copy, load_model
     from minirlhf.tasks.sentiment import sentiment_task
-    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+    from minirlhf.trainers.grpo import train_grpo
 
     reference, _ = load_model(settings["model"], device="cpu")
     held_out = HeldOut(proxy, frozen_copy(reference), settings["evaluation"])
     task = dataclasses.replace(sentiment_task(proxy), evaluate=held_out)
-    config = GRPOConfig(model=settings["model"], seed=seed, **(RUN | {"eval_every": settings["evaluation"]["every"]}),
-                        **settings["grpo"])
-    _, _, history = train_grpo(task, config)
+    _, _, history = train_grpo(task, grpo_config(settings, seed))
     steps = [row["step"] for row in history if "eval/gold" in row]
     return {"steps": steps, "kl": held_out.kl, "proxy": held_out.proxy_mean, "last_texts": held_out.latest,
             "final_gold_per_opening": held_out.gold[-1]} | turn(held_out.gold)
+
+
+def grpo_config(settings: dict, seed: int):
+    """Every arm's GRPO config: settings["grpo"] from the policy, the held-out evaluation every
+    evaluation.every steps."""
+    from minirlhf.trainers.grpo import GRPOConfig
+
+    return GRPOConfig(model=settings["model"], seed=seed, **(RUN | {"eval_every": settings["evaluation"]["every"]}),
+                      **settings["grpo"])
 
 
 def turn(gold: list[list[float]]) -> dict:
@@ -213,6 +220,11 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
     if evaluation["prompts"] > openings:
         raise ValueError(f"evaluation.prompts={evaluation['prompts']!r}: at most the {openings} held-out openings")
     check_count("evaluation.samples", evaluation["samples"], why="continuations of each opening")
+    check_count("evaluation.every", evaluation["every"], why="steps between the points of the gold curve")
+    try:  # the RL runs build it after every reward model has trained
+        grpo_config(settings, seed=0)
+    except TypeError as error:
+        raise ValueError(f"grpo={settings['grpo']!r}: {error}") from error
     shipped = len(load_preference_pairs("sentiment", "train"))
     for name, spec in proxies.items():
         if name in combined:
