@@ -97,6 +97,10 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["grpo"].update(seed=3), r"grpo=.*multiple values for keyword argument 'seed'"),
     (lambda s: s["grpo"].update(lr=-1.0), r"GRPOConfig.lr must be > 0, got -1.0"),
     (lambda s: s["evaluation"].update(every=0), r"evaluation.every must be an integer >= 1 .*got 0"),
+    # 0 held-out pairs recorded every accuracy as None, more than the 300 shipped ones silently read 300
+    (lambda s: s.update(held_out_pairs=0), r"held_out_pairs must be an integer >= 1 .*got 0"),
+    (lambda s: s.update(held_out_pairs=301), r"held_out_pairs=301: at most the 300 shipped test pairs"),
+    (lambda s: s.update(held_out_pairs=True), r"held_out_pairs must be an integer"),
     # (6) judges the ensemble against the weak arm: an ensemble of the strong proxy would be compared with no member
     (lambda s: s["ensemble"].update(of="strong", pairs="same"), r"ensemble.of='strong': \(6\) compares the ensemble"),
     # a fresh draw of all the shipped pairs, none flipped, is the same pairs: "fresh" would be "same"

@@ -225,7 +225,10 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
         grpo_config(settings, seed=0)
     except TypeError as error:
         raise ValueError(f"grpo={settings['grpo']!r}: {error}") from error
-    shipped = len(load_preference_pairs("sentiment", "train"))
+    shipped, tests = (len(load_preference_pairs("sentiment", split)) for split in ("train", "test"))
+    check_count("held_out_pairs", settings["held_out_pairs"], why="each proxy's accuracy is read on them")
+    if settings["held_out_pairs"] > tests:
+        raise ValueError(f"held_out_pairs={settings['held_out_pairs']!r}: at most the {tests} shipped test pairs")
     for name, spec in proxies.items():
         if name in combined:
             raise ValueError(f"proxies.{name}: the name of the arm made from the ensemble's members; name it otherwise")
