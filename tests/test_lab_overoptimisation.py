@@ -365,8 +365,8 @@ def _seed(gap: float, pooled: float | None, members: int = 2) -> dict:
     """One seed's figures: the weak proxy ends at 0.1 on four openings, the ensemble `gap` above it, the pooled
     proxy `pooled` above it (None: no pooled arm)."""
     def arm(shift: float, fall: float) -> dict:
-        return {"final_gold_per_opening": [0.1 + shift + d for d in (0.01, -0.01, 0.02, -0.02)], "fall": fall,
-                "peak_step": 10, "final_gold": 0.1 + shift, "rm_accuracy": 0.6}
+        per_opening = [0.1 + shift + d for d in (0.01, -0.01, 0.02, -0.02)]
+        return _arm(per_opening, fall) | {"peak_step": 10, "final_gold": 0.1 + shift, "rm_accuracy": 0.6}
 
     arms = {"weak": arm(0.0, 0.5), "ensemble": arm(gap, 0.0) | {"member_accuracy": [0.6] * members}}
     return {"arms": arms | ({} if pooled is None else {"pooled": arm(pooled, 0.1)})}
