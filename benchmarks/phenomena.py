@@ -87,11 +87,11 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--out {args.out!r}: cannot write there ({err.strerror})")
     report = {"machine": machine_info(), "quick": args.quick, "seeds": seeds, "jobs": args.jobs,
               "effects": run_effects(effects, seeds, args.quick, args.model, args.jobs)}
-    for key, effect in report["effects"].items():
-        draw(key, effect, out)
-        print(f"({key}) shows={effect['shows']}  {effect['effect_size']}", flush=True)
-    (out / "phenomena.json").write_text(json.dumps(report, indent=1))
+    (out / "phenomena.json").write_text(json.dumps(report, indent=1))  # first: a figure that fails loses no run
     print(f"wrote {out / 'phenomena.json'}")
+    for key, effect in report["effects"].items():
+        print(f"({key}) shows={effect['shows']}  {effect['effect_size']}", flush=True)
+        draw(key, effect, out)
 
 
 if __name__ == "__main__":

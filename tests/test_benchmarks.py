@@ -184,6 +184,34 @@ def test_phenomena_refuses_bad_flags_before_any_run(tmp_path, monkeypatch, capsy
     assert not (tmp_path / "out").exists()
 
 
+def test_phenomena_writes_its_record_before_a_figure_can_fail(tmp_path, monkeypatch):
+    """The runs take minutes to hours: a figure that fails (a plot error, a full disk for the PNG) loses no run."""
+    phenomena = _phenomena_main()
+    effect = {"shows": True, "effect_size": {"mean": 1.0}, "seeds": []}
+    monkeypatch.setattr(phenomena, "run_effects", lambda *a: {"6": effect})
+    monkeypatch.setattr(phenomena, "draw", lambda *a: (_ for _ in ()).throw(RuntimeError("the figure failed")))
+    with pytest.raises(RuntimeError, match="the figure failed"):
+        phenomena.main(["--effects", "6", "--seeds", "0", "--out", str(tmp_path)])
+    assert json.loads((tmp_path / "phenomena.json").read_text())["effects"]["6"] == effect
+
+
+def test_an_over_optimisation_figure_draws_an_arm_it_has_no_colour_for():
+    """A proxy the user added under another name ("medium") is drawn in grey, not a KeyError after the runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    from minirlhf.lab import overoptimisation
+
+    curve = {"kl": [0.0, 4.0], "gold": [0.1, 0.3]}
+    fig, ax = plt.subplots()
+    overoptimisation.plot(ax, [{"arms": {"weak": curve, "medium": curve}}])
+    assert [line.get_label() for line in ax.get_lines()] == ["weak", "medium"]
+    assert ax.get_lines()[1].get_color() == "C7"
+    plt.close(fig)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (ROOT / "data" / "tiny-gpt2-lab" / "config.json").exists(),
                     reason="run scripts/build_lab_model.py")
