@@ -372,8 +372,8 @@ COLORS = {"weak": "C3", "strong": "C0", "ensemble": "C2", "pooled": "C4"}
 def plot(ax, seeds: list[dict], title: str = "(e) gold against √KL, GRPO on a learned proxy") -> None:
     for figures in seeds:
         for arm, curve in figures["arms"].items():
-            ax.plot([math.sqrt(max(kl, 0.0)) for kl in curve["kl"]], curve["gold"], color=COLORS.get(arm, "C7"), alpha=0.8,
-                    marker=".", label=arm if figures is seeds[0] else None)
+            ax.plot([math.sqrt(max(kl, 0.0)) for kl in curve["kl"]], curve["gold"], color=COLORS.get(arm, "C7"),
+                    alpha=0.8, marker=".", label=arm if figures is seeds[0] else None)  # grey: an arm a user added
     ax.set(xlabel="√KL(p_θ ‖ p_ref) (√nats)", ylabel="gold: VADER of held-out samples", title=title)
     ax.legend(fontsize=8)
 
