@@ -2,7 +2,7 @@
 
     python -m minirlhf demo                   # the showcase: GRPO on arithmetic + DPO on sentiment
     python -m minirlhf sample --model tiny --prompt "17+25=" --prompt "The acting was"
-    python -m minirlhf pass-at-k --model runs/grpo --k 1 4 16   # pass@k of a model on the held-out sums
+    python -m minirlhf pass-at-k --model runs/grpo/model --k 1 4 16   # pass@k of a model on the held-out sums
     python -m minirlhf grpo --steps 60 --beta 0.0 --out-dir runs/grpo
     python -m minirlhf rloo --steps 60
     python -m minirlhf ppo --steps 60

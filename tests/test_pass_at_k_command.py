@@ -76,6 +76,8 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
     "missing-model-folder": (["--model", "{tmp}/runs/none"], "PassAtKConfig.model='{tmp}/runs/none': model folder "
                              "'{tmp}/runs/none' does not exist (known short names: ['tiny', 'tiny-calculator', "
                              "'tiny-lab', 'tiny-lab-chain', 'tiny-lab-long-wrong', 'tiny-sft'])"),
+    "run-folder-for-its-model": (["--model", "{tmp}/run"], "PassAtKConfig.model='{tmp}/run' is a run's folder: its "
+                                 "final model is '{tmp}/run/model'"),
 }
 
 
@@ -85,6 +87,9 @@ def test_a_bad_setting_is_refused_by_name_before_any_sampling(name, capsys, monk
     loaded, except for the missing model folder, which loading finds."""
     args, message = BAD[name]
     args = [arg.format(tmp=tmp_path) for arg in args]
+    (tmp_path / "run" / "model").mkdir(parents=True)  # a run's out_dir: config.json beside its final model/
+    (tmp_path / "run" / "config.json").write_text('{"steps": 1}')
+    (tmp_path / "run" / "model" / "config.json").write_text("{}")
     for module in (arithmetic, lab):
         monkeypatch.setattr(module, "count_correct", lambda *a, **k: pytest.fail("sampled despite a bad setting"))
     if name != "missing-model-folder":

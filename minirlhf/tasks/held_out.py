@@ -2,7 +2,7 @@
 pass-at-k` runs (its flags are the fields of `PassAtKConfig`), and the same from Python:
 
     from minirlhf.tasks.held_out import PassAtKConfig, run_pass_at_k
-    run_pass_at_k(PassAtKConfig(model="runs/grpo", task="arithmetic", k=[1, 4, 16], samples=16))
+    run_pass_at_k(PassAtKConfig(model="runs/grpo/model", task="arithmetic", k=[1, 4, 16], samples=16))
 
 The model is loaded as every command loads it (`models.load_model`: a shipped name or a folder a run wrote), and the
 task's own evaluator samples n answers per problem at temperature 1 and estimates pass@k without bias
@@ -27,6 +27,7 @@ from minirlhf.tasks.pass_at_k import check_ks
 from minirlhf.tasks.registry import MADE_IN_PYTHON, TASKS, task_options
 
 PASS_AT_K_TASKS = ("arithmetic", "lab")  # the shipped tasks with a held-out pass@k
+RUN_MODEL_FOLDER = "model"  # where a run writes its final model inside its out_dir (trainers.run.save_run)
 SEEDS = 2**32  # a seed lies in [0, SEEDS), as a run's --seed does
 
 
@@ -34,7 +35,9 @@ SEEDS = 2**32  # a seed lies in [0, SEEDS), as a run's --seed does
 class PassAtKConfig:
     """One pass@k evaluation, checked when made: a ValueError names the field and its value."""
 
-    model: str = "tiny-sft"  # the model evaluated: a shipped short name (tiny-sft, tiny-lab), a folder a run wrote
+    # the model evaluated: a shipped short name (tiny-sft, tiny-lab), or a model folder (a run's final model is
+    # <out_dir>/model)
+    model: str = "tiny-sft"
     # arithmetic: the held-out sums; lab: the lab's held-out problems, pass@k per kind (easy, medium, hard)
     task: str = field(default="arithmetic", metadata={"choices": PASS_AT_K_TASKS})
     # the lab's knobs, NAME=VALUE each, as the trainers take them (filler=true max_new_tokens=40 tolerance=0, as in
@@ -54,6 +57,10 @@ class PassAtKConfig:
         name = type(self).__name__
         if not isinstance(self.model, str) or not self.model.strip():
             raise UserError(f"{name}.model must be a model name or folder, got {self.model!r}")
+        final = Path(self.model).expanduser() / RUN_MODEL_FOLDER
+        if (final / "config.json").is_file():
+            raise UserError(f"{name}.model={self.model!r} is a run's folder: its final model is "
+                            f"{str(Path(self.model) / RUN_MODEL_FOLDER)!r}")
         if self.task not in PASS_AT_K_TASKS:
             known = self.task in TASKS or self.task in MADE_IN_PYTHON
             raise UserError(f"{name}.task={self.task!r} " + ("has no held-out pass@k" if known else "is no shipped "
@@ -117,7 +124,7 @@ def run_pass_at_k(config: PassAtKConfig) -> dict[str, float]:
     `config.out` when given (the config with the k it used), and return the pass@k values."""
     try:
         model, tokenizer = load_model(config.model, device=config.device)
-    except OSError as err:  # a missing folder, a folder without a model, an unreachable hub name
+    except (OSError, ValueError) as err:  # a missing folder, a folder without a model, an unreachable hub name
         raise UserError(f"{type(config).__name__}.model={config.model!r}: {err}") from None
     metrics = held_out_pass_at_k(model, tokenizer, config)
     if config.out is not None:
