@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
 
 import pytest
 
@@ -79,6 +80,15 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
     "run-folder-for-its-model": (["--model", "{tmp}/run"], "PassAtKConfig.model='{tmp}/run' is a run's folder: its "
                                  "final model is '{tmp}/run/model'"),
 }
+
+
+@pytest.mark.parametrize("k, message", [
+    ([], "PassAtKConfig.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), got []"),
+    (4, "PassAtKConfig.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), got 4"),
+    ([1.5], "PassAtKConfig.k must be an integer >= 1, got 1.5"), ((2, 2), "PassAtKConfig.k=[2, 2] gives 2 twice")])
+def test_a_bad_k_from_python_is_refused_by_name(k, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PassAtKConfig(k=k)
 
 
 @pytest.mark.parametrize("name", BAD)

@@ -67,16 +67,16 @@ class PassAtKConfig:
                             "task") + f"; the tasks with a held-out pass@k: {', '.join(PASS_AT_K_TASKS)}")
         task_options(self.task, self.task_option)  # each knob parsed and checked (arithmetic takes none)
         check_count(f"{name}.samples", self.samples)
-        if self.k is not None:
-            if not isinstance(self.k, list | tuple):
-                raise UserError(f"{name}.k must be a list of whole numbers, got {self.k!r}")
-            twice = sorted({k for k in self.k if list(self.k).count(k) > 1})
-            if twice:
-                raise UserError(f"{name}.k={list(self.k)!r} gives {twice[0]!r} twice: each pass@k once")
+        if self.k is not None and (not isinstance(self.k, list | tuple) or not self.k):
+            raise UserError(f"{name}.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), "
+                            f"got {self.k!r}")
         try:
             check_ks(self.ks, self.samples)
         except ValueError as err:
             raise UserError(f"{name}.{err}") from None
+        twice = sorted({k for k in self.ks if self.ks.count(k) > 1})
+        if twice:
+            raise UserError(f"{name}.k={list(self.ks)!r} gives {twice[0]!r} twice: each pass@k once")
         if self.problems is not None:
             check_count(f"{name}.problems", self.problems)
             if self.task == "arithmetic":
