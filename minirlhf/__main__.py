@@ -2,6 +2,7 @@
 
     python -m minirlhf demo                   # the showcase: GRPO on arithmetic + DPO on sentiment
     python -m minirlhf sample --model tiny --prompt "17+25=" --prompt "The acting was"
+    python -m minirlhf pass-at-k --model runs/grpo/model --k 1 4 16   # pass@k of a model on the held-out sums
     python -m minirlhf grpo --steps 60 --beta 0.0 --out-dir runs/grpo
     python -m minirlhf rloo --steps 60
     python -m minirlhf ppo --steps 60
@@ -103,6 +104,17 @@ def _sample(argv: list[str]) -> None:
         print(f"{prompt!r} -> {completion!r}   log p(y|x) = {sum(logps):.2f}\n    {tokens}")
 
 
+def _pass_at_k(argv: list[str]) -> None:
+    from minirlhf.tasks.held_out import PassAtKConfig, run_pass_at_k
+
+    parser = argparse.ArgumentParser(prog="python -m minirlhf pass-at-k", allow_abbrev=False, description=(
+        "pass@k on a task's held-out problems: n answers sampled per problem at temperature 1, pass@k estimated "
+        "without bias (Chen et al. 2021); prints it as JSON."))
+    add_config_arguments(parser, PassAtKConfig)
+    config = PassAtKConfig(**vars(parser.parse_args(argv)))  # every flag checked before the model is loaded
+    print(json.dumps(run_pass_at_k(config), indent=1))
+
+
 def _demo(argv: list[str]) -> None:
     from minirlhf.demo import run_demo
 
@@ -140,7 +152,7 @@ def _refuse_other_settings(config, defaults: dict, given: set[str], named: str) 
                         f"its own settings: drop {named}, or give those flags to change them")
 
 
-TOOLS = {"demo": _demo, "sample": _sample}
+TOOLS = {"demo": _demo, "sample": _sample, "pass-at-k": _pass_at_k}
 
 
 def main(argv: list[str] | None = None) -> None:

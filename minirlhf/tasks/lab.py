@@ -52,6 +52,7 @@ TEST_FRACTION = 0.1
 DEFAULT_MAX_NEW_TOKENS = 40  # MAX_FILLER filler tokens + 4 answer digits + EOS, and slack
 MAX_PROMPT_TOKENS = 8  # "99*99~3="
 LAB_CONTEXT = 128  # positions of the lab model
+PASS_AT_K_PER_KIND = 50  # held-out problems of each kind that held_out_pass_at_k samples by default
 
 _PROMPT = re.compile(r"^(\d+)([+*])(\d+)(?:~(\d+))?=$")
 
@@ -236,7 +237,7 @@ def lab_metrics(model, tokenizer, config: LabConfig, per_kind: int = 100, seed: 
 
 def held_out_pass_at_k(
     model, tokenizer, config: LabConfig | None = None, n: int = 16, ks: Sequence[int] = (1, 4, 16),
-    per_kind: int = 50, seed: int = 0,
+    per_kind: int = PASS_AT_K_PER_KIND, seed: int = 0,
 ) -> dict[str, float]:
     """pass@k on held-out problems, `per_kind` of each kind with the config's tolerance: n answers sampled per
     problem at temperature 1, "pass@k/<kind>" for each k of ``ks`` and kind (``minirlhf.tasks.pass_at_k``)."""

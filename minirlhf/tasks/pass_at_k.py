@@ -7,8 +7,8 @@ could already reach) more than it widens (pass@k for large k, the set of reachab
 
 `pass_at_k` is the estimator of one problem; `count_correct` samples n answers per prompt and counts the right
 ones; `mean_pass_at_k` averages the estimator over problems. The tasks apply them to their held-out split:
-`arithmetic.held_out_pass_at_k`, `lab.held_out_pass_at_k`. From Python only: the command line has no evaluation
-command.
+`arithmetic.held_out_pass_at_k`, `lab.held_out_pass_at_k`; `held_out.run_pass_at_k` names them by plain values, as
+`python -m minirlhf pass-at-k` does.
 """
 
 from __future__ import annotations

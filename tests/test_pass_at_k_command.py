@@ -1,0 +1,123 @@
+"""The pass-at-k command (`python -m minirlhf pass-at-k`, minirlhf.tasks.held_out): it prints what the tasks'
+Python evaluators give on the same seed, refuses every bad setting with one line and status 2 before any sampling,
+and its --help lists its flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import re
+
+import pytest
+
+from minirlhf.__main__ import main
+from minirlhf.models import load_model
+from minirlhf.tasks import arithmetic, lab
+from minirlhf.tasks.held_out import PassAtKConfig
+
+
+def _command(capsys, *args: str) -> dict[str, float]:
+    main(["pass-at-k", "--device", "cpu", *args])
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_command_prints_the_arithmetic_pass_at_k_of_python(capsys, tmp_path):
+    """On the same seed: the same held-out problems (drawn by the seed), the same samples, the same values; --out
+    holds them too, with the k used."""
+    out = tmp_path / "eval" / "pass_at_k.json"
+    printed = _command(capsys, "--model", "tiny-sft", "--samples", "4", "--k", "1", "4", "--problems", "6",
+                       "--seed", "3", "--out", str(out))
+    model, tokenizer = load_model("tiny-sft", device="cpu")
+    held_out = random.Random(3).sample(arithmetic.problems("test"), 6)
+    assert printed == arithmetic.held_out_pass_at_k(model, tokenizer, n=4, ks=(1, 4), held_out=held_out, seed=3)
+    written = json.loads(out.read_text())
+    assert written["pass_at_k"] == printed
+    assert written["config"]["k"] == [1, 4] and written["config"]["seed"] == 3
+
+
+def test_the_command_prints_the_lab_pass_at_k_of_python_per_kind(capsys):
+    printed = _command(capsys, "--model", "tiny-lab", "--task", "lab", "--task-option", "max_new_tokens=8",
+                       "--samples", "2", "--k", "1", "2", "--problems", "2", "--seed", "1")
+    model, tokenizer = load_model("tiny-lab", device="cpu")
+    assert printed == lab.held_out_pass_at_k(model, tokenizer, lab.LabConfig(max_new_tokens=8), n=2, ks=(1, 2),
+                                             per_kind=2, seed=1)
+    assert list(printed) == [f"pass@{k}/{kind}" for kind in lab.KINDS for k in (1, 2)]
+
+
+@pytest.mark.parametrize("samples, ks", [(16, (1, 4, 16)), (10, (1, 4)), (1, (1,)), (64, (1, 4, 16, 64))])
+def test_without_k_the_command_takes_1_and_the_powers_of_4_up_to_n(samples, ks):
+    assert PassAtKConfig(samples=samples).ks == ks
+
+
+BAD = {  # flags -> the one line the command prints (after "python -m minirlhf pass-at-k: error: ")
+    "k-above-n": (["--samples", "4", "--k", "1", "8"], "PassAtKConfig.k must lie in [1, 4] (pass@k is estimated "
+                  "from the n = 4 samples of each problem), got 8"),
+    "k-zero": (["--k", "0"], "PassAtKConfig.k must be an integer >= 1, got 0"),
+    "k-negative": (["--k", "-2"], "PassAtKConfig.k must be an integer >= 1, got -2"),
+    "k-twice": (["--k", "1", "4", "--k", "4"], "PassAtKConfig.k=[1, 4, 4] gives 4 twice: each pass@k once"),
+    "k-not-a-number": (["--k", "two"], "argument --k: invalid int value: 'two'"),
+    "samples-zero": (["--samples", "0"], "PassAtKConfig.samples must be an integer >= 1, got 0"),
+    "unknown-task": (["--task", "algebra"], "PassAtKConfig.task='algebra' is no shipped task; the tasks with a "
+                     "held-out pass@k: arithmetic, lab"),
+    "task-without-pass-at-k": (["--task", "sentiment"], "PassAtKConfig.task='sentiment' has no held-out pass@k; the "
+                               "tasks with a held-out pass@k: arithmetic, lab"),
+    "option-of-a-task-without-knobs": (["--task-option", "max_new_tokens=8"], "--task-option 'max_new_tokens=8': "
+                                       "task 'arithmetic' takes no options (the tasks that take them: lab, "
+                                       "calculator)"),
+    "unknown-lab-knob": (["--task", "lab", "--task-option", "cap=8"], "--task-option 'cap=8' must be NAME=VALUE, "
+                         "NAME one of the lab task's knobs: mix, filler, max_new_tokens, tolerance"),
+    "problems-zero": (["--problems", "0"], "PassAtKConfig.problems must be an integer >= 1, got 0"),
+    "problems-beyond-the-held-out-sums": (["--problems", "993"], "PassAtKConfig.problems must lie in [1, 992] (the "
+                                          "arithmetic task holds 992 problems out), got 993"),
+    "seed-negative": (["--seed", "-1"], "PassAtKConfig.seed must be an integer >= 0, got -1"),
+    "seed-too-large": (["--seed", str(2**32)], "PassAtKConfig.seed must lie in [0, 4294967296) (as a run's --seed), "
+                       "got 4294967296"),
+    "out-a-folder": (["--out", "{tmp}"], "PassAtKConfig.out='{tmp}' is a folder; give a file to write the JSON to"),
+    "missing-model-folder": (["--model", "{tmp}/runs/none"], "PassAtKConfig.model='{tmp}/runs/none': model folder "
+                             "'{tmp}/runs/none' does not exist (known short names: ['tiny', 'tiny-calculator', "
+                             "'tiny-lab', 'tiny-lab-chain', 'tiny-lab-long-wrong', 'tiny-sft'])"),
+    "run-folder-for-its-model": (["--model", "{tmp}/run"], "PassAtKConfig.model='{tmp}/run' is a run's folder: its "
+                                 "final model is '{tmp}/run/model'"),
+}
+
+
+@pytest.mark.parametrize("k, message", [
+    ([], "PassAtKConfig.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), got []"),
+    (4, "PassAtKConfig.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), got 4"),
+    ([1.5], "PassAtKConfig.k must be an integer >= 1, got 1.5"), ((2, 2), "PassAtKConfig.k=[2, 2] gives 2 twice")])
+def test_a_bad_k_from_python_is_refused_by_name(k, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PassAtKConfig(k=k)
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_a_bad_setting_is_refused_by_name_before_any_sampling(name, capsys, monkeypatch, tmp_path):
+    """Each refused with one line naming the flag (its config field) and the value, status 2; the model is not even
+    loaded, except for the missing model folder, which loading finds."""
+    args, message = BAD[name]
+    args = [arg.format(tmp=tmp_path) for arg in args]
+    (tmp_path / "run" / "model").mkdir(parents=True)  # a run's out_dir: config.json beside its final model/
+    (tmp_path / "run" / "config.json").write_text('{"steps": 1}')
+    (tmp_path / "run" / "model" / "config.json").write_text("{}")
+    for module in (arithmetic, lab):
+        monkeypatch.setattr(module, "count_correct", lambda *a, **k: pytest.fail("sampled despite a bad setting"))
+    if name != "missing-model-folder":
+        monkeypatch.setattr("minirlhf.tasks.held_out.load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(SystemExit) as exit_:
+        main(["pass-at-k", "--device", "cpu", *args])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"python -m minirlhf pass-at-k: error: {message.format(tmp=tmp_path)}")
+
+
+def test_help_lists_every_flag_with_its_default(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["pass-at-k", "--help"])
+    assert exit_.value.code == 0
+    shown = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for f in dataclasses.fields(PassAtKConfig):
+        assert f"--{f.name.replace('_', '-')} " in shown
+        assert f"(default: {f.default!r})" in shown
+    main(["--help"])
+    assert "pass-at-k" in capsys.readouterr().out.split("commands:")[1]
