@@ -138,3 +138,13 @@ def test_every_online_method_trains_against_it(folders, method, tmp_path):
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [0] and torch.isfinite(torch.tensor(rows[0]["reward"]))
     assert json.loads((out / "config.json").read_text())["task"] == "reward-models"
+
+
+def test_a_config_given_in_python_records_the_folders_absolute(folders, monkeypatch):
+    from minirlhf.trainers.grpo import GRPOConfig
+    from minirlhf.trainers.online import online_task
+
+    monkeypatch.chdir(folders)
+    made, config = online_task(None, GRPOConfig(task="reward-models", task_option=["models=rm_a", "rule=mean"]))
+    assert config.task_option == [f"models={folders.resolve() / 'rm_a'}", "rule=mean"]
+    assert made.options == (f"models={folders.resolve() / 'rm_a'}", "rule=mean")

@@ -32,7 +32,7 @@ from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode,
 from minirlhf.precision import autocast, resolve_precision
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, WeightedReward, call_reward, draw_prompts, reward_name, with_reward
-from minirlhf.tasks.registry import canonical_task_options, resolve_task, task_options
+from minirlhf.tasks.registry import absolute_task_options, canonical_task_options, resolve_task, task_options
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.config import (
     TrainConfig,
@@ -159,7 +159,8 @@ def online_task(task: Task | None, config: OnlineConfig) -> tuple[Task, OnlineCo
     config.task and config.task_option when the config names none, so that a resume can compare), else the one
     config.task or config.prompts names (`tasks.registry.resolve_task`). A task given under the name the config
     records must have the knobs it records too."""
-    if task is None:
+    if task is None:  # the task's folder knobs recorded absolute, as the command line records them
+        config = dataclasses.replace(config, task_option=absolute_task_options(config.task, config.task_option))
         task = resolve_task(config)
     elif config.task is None and config.prompts is None:
         config = dataclasses.replace(config, task=task.name, task_option=list(task.options) or None)
