@@ -10,7 +10,7 @@ spot of the ensemble, unless all four share it. Members on the *same* pairs shar
 record's earlier rounds: the policy found one on a seed; benchmarks/README.md, entry (6)).
 
 Three arms on the same seed: one weak member alone; the ensemble of it and three more (`ensemble_reward`,
-minirlhf.trainers.reward_model.RewardEnsemble); and "pooled", one reward model on the four members' pairs together,
+minirlhf.tasks.reward_models.RewardEnsemble); and "pooled", one reward model on the four members' pairs together,
 which separates what the ensemble adds from what four times the labels add (the draws are independent: their 1000
 pairs are 818-834 distinct ones on seeds 0-5, 56-68 of them labelled both ways). The readout is the gold at the
 end of the run, on the same held-out openings and random numbers for every arm, and how far each arm's gold fell

@@ -306,12 +306,10 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     together, from the policy's model whatever the backbones, trained for as many steps as the members together
     (`pooled_training`; with ensemble.pairs "same", `of`'s pairs members times over: `of` trained longer). `needs`:
     the arms the criterion reads."""
-    from minirlhf.data import load_preference_pairs
-    from minirlhf.trainers.reward_model import RewardEnsemble
+    from minirlhf.tasks.reward_models import RewardEnsemble, reference_texts
 
     check_settings(settings, needs)
-    reference = load_preference_pairs("sentiment", "test")[:128]  # p_ref's texts: each proxy's scale is read there
-    texts = ([p.prompt for p in reference] * 2, [p.chosen for p in reference] + [p.rejected for p in reference])
+    texts = reference_texts()  # p_ref's texts: each proxy's scale is read there, as the reward-models task does
     ensemble, of = settings["ensemble"], settings["ensemble"]["of"]
     wants_members = "ensemble" in settings["arms"] or "pooled" in settings["arms"]
     single = [arm for arm in settings["arms"] if arm in settings["proxies"]]

@@ -14,24 +14,29 @@ import inspect
 import os
 import typing
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from minirlhf.checks import parse_bool
 from minirlhf.data import Evaluation, PreferenceData, PreferencePair, SFTData, preference_data
 from minirlhf.errors import UserError, raised_at
-from minirlhf.tasks import Task, arithmetic, calculator, lab, sentiment
+from minirlhf.tasks import Task, arithmetic, calculator, lab, reward_models, sentiment
 from minirlhf.tasks.custom import load_object, located_prompt_rows, prompts_task
 
 DEFAULT_TASK = "arithmetic"  # what an online run or SFT learns from when its config names no task and no prompts
 TASKS: dict[str, Callable[[], Task]] = {
     "arithmetic": arithmetic.task, sentiment.VADER_TASK: sentiment.vader_task, "lab": lab.task,
-    "calculator": calculator.task,
+    "calculator": calculator.task, reward_models.REWARD_MODELS_TASK: reward_models.task,
 }
-# tasks a name cannot rebuild (their reward is a model): a run that learned from one resumes given the Task again
+# tasks a name cannot rebuild (their reward is a model in memory; `reward-models` rebuilds saved ones from their
+# folders): a run that learned from one resumes given the Task again
 MADE_IN_PYTHON = {sentiment.LEARNED_REWARD_TASK: "minirlhf.tasks.sentiment.sentiment_task(reward_model)"}
 # the shipped tasks with knobs: each --task-option NAME=VALUE sets a field of this config class, made by the task's
 # function as its one argument; each class has .options(): its moved knobs as NAME=VALUE
-TASK_OPTIONS: dict[str, type] = {"lab": lab.LabConfig, "calculator": calculator.CalculatorConfig}
+# (a class may check a knob alone with .checked_knob(name, value), when it has knobs that must be given, and name
+# the knobs that hold folders in FOLDER_KNOBS)
+TASK_OPTIONS: dict[str, type] = {"lab": lab.LabConfig, "calculator": calculator.CalculatorConfig,
+                                 reward_models.REWARD_MODELS_TASK: reward_models.RewardModelsConfig}
 SFT_DATA: dict[str, Callable[[], SFTData]] = {"arithmetic": arithmetic.sft_data, "lab": lab.sft_data,
                                               "calculator": calculator.sft_data}
 # a shipped pair set -> its sampling evaluation (model, tokenizer, ref_model=, n_prompts=, ...) -> dict (DPO)
@@ -58,9 +63,11 @@ def task_options(task: str | None, options: Sequence[str] | None) -> dict[str, A
     """The knobs that `options` set: ["mix=0.5,0.5,0", "max_new_tokens=24"] -> {"mix": (0.5, 0.5, 0.0),
     "max_new_tokens": 24}, each value parsed by the type of its field in the task's config class (`TASK_OPTIONS`)
     and checked by that class. A ValueError names the option and its value; {} when none are given."""
-    if not options:
-        return {}
     name = task or DEFAULT_TASK
+    if not options:
+        if name in TASK_OPTIONS:
+            _whole_config(name, {})  # a task with a knob that must be given (reward-models: models)
+        return {}
     if name not in TASK_OPTIONS:
         raise ValueError(f"--task-option {options[0]!r}: task {name!r} takes no options (the tasks that take them: "
                          f"{', '.join(TASK_OPTIONS)})")
@@ -76,10 +83,38 @@ def task_options(task: str | None, options: Sequence[str] | None) -> dict[str, A
             raise ValueError(f"--task-option {option!r}: {key} is given twice")
         try:
             values[key] = _option_value(types[key], text)
-            config_cls(**{key: values[key]})  # each knob checked alone, so that the error names its option
+            check_alone = getattr(config_cls, "checked_knob", None) or (lambda k, v: config_cls(**{k: v}))
+            check_alone(key, values[key])  # each knob checked alone, so that the error names its option
         except ValueError as err:
             raise ValueError(f"--task-option {option!r}: {err}") from None
+    _whole_config(name, values)
     return values
+
+
+def _whole_config(name: str, values: dict[str, Any]) -> None:
+    """The task's config with these knobs, checked whole: a knob that must be given, and knobs that must agree."""
+    try:
+        TASK_OPTIONS[name](**values)
+    except ValueError as err:
+        raise ValueError(f"--task {name} --task-option: {err}") from None
+
+
+def absolute_task_options(task: str | None, options: Any) -> Any:
+    """`options` with each knob that names folders (the task config's FOLDER_KNOBS) spelled with absolute paths, so
+    that a run resumed from another working directory reads the same folders; the others, and anything that is no
+    list of NAME=VALUE strings (the config's check says what is wrong), as they are."""
+    name = task or DEFAULT_TASK
+    folders = getattr(TASK_OPTIONS.get(name), "FOLDER_KNOBS", ())
+    if not folders or not isinstance(options, list):
+        return options
+
+    def absolute(option: Any) -> Any:
+        key, sep, text = option.partition("=") if isinstance(option, str) else ("", "", "")
+        if not sep or key not in folders:
+            return option
+        return f"{key}=" + ",".join(str(Path(part.strip()).expanduser().resolve()) for part in text.split(","))
+
+    return [absolute(option) for option in options]
 
 
 def canonical_task_options(task: str | None, options: Sequence[str] | None) -> list[str] | None:

@@ -150,7 +150,7 @@ def sentiment_task(reward_model, ref_model: nn.Module | None = None, tokenizer=N
     """The sentiment task for the online trainers (`train_grpo`, `train_ppo`, ...), rewarded by a LEARNED model.
 
     `reward_fn` is `reward_model`'s score of prompt + completion (a `RewardModel` from
-    `minirlhf.trainers.reward_model`, or anything with `.score(prompts, completions, tokenizer=...)`), never
+    `minirlhf.tasks.reward_models`, or anything with `.score(prompts, completions, tokenizer=...)`), never
     VADER: VADER only judges the held-out evaluation, whose "sentiment" (ground truth) can then be compared with
     "reward" (the proxy being optimised). Pass `ref_model` (p_ref) to also log the held-out KL, and `tokenizer`
     when the reward model does not carry its own. `eval_kwargs` go to `evaluate_sentiment`.

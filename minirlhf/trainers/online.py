@@ -32,7 +32,7 @@ from minirlhf.models import ValueHead, context_size, disable_dropout, eval_mode,
 from minirlhf.precision import autocast, resolve_precision
 from minirlhf.sampling import DECODERS, Rollout, sample
 from minirlhf.tasks import Task, WeightedReward, call_reward, draw_prompts, reward_name, with_reward
-from minirlhf.tasks.registry import canonical_task_options, resolve_task, task_options
+from minirlhf.tasks.registry import absolute_task_options, canonical_task_options, resolve_task, task_options
 from minirlhf.tasks.rewards import soft_overlong_punishment
 from minirlhf.trainers.config import (
     TrainConfig,
@@ -78,11 +78,13 @@ class OnlineConfig(TrainConfig):
     decoder: str = "auto"  # sampling's decode steps (sampling.DECODERS): "auto" = CUDA graph on a GPU, else dynamic
     # what the run learns from (config.json keeps it: a resume continues on it, and refuses another): a shipped task
     # (arithmetic; sentiment: VADER is the reward; lab: the lab's task family; calculator: long sums with a calculator
-    # to call) or a module:function / path.py:function of yours that returns a Task; None = arithmetic, unless prompts
-    # are given
-    task: str | None = with_metavar(None, "arithmetic|sentiment|lab|calculator|module:function|path.py:function")
+    # to call; reward-models: the sentiment task rewarded by saved reward models, one or an ensemble) or a
+    # module:function / path.py:function of yours that returns a Task; None = arithmetic, unless prompts are given
+    task: str | None = with_metavar(
+        None, "arithmetic|sentiment|lab|calculator|reward-models|module:function|path.py:function")
     # a shipped task's knobs, NAME=VALUE each (the lab's: mix=0.25,0.5,0.25 filler=true max_new_tokens=40
-    # tolerance=0, as in minirlhf.tasks.lab.LabConfig); config.json keeps them, and a resume refuses other ones
+    # tolerance=0, as in minirlhf.tasks.lab.LabConfig; reward-models': models=F1,F2 rule=min lam=1, as in
+    # minirlhf.tasks.reward_models.RewardModelsConfig); config.json keeps them, and a resume refuses other ones
     task_option: list[str] | None = with_metavar(None, "NAME=VALUE")
     # your prompts instead of a task: a FILE.jsonl or a dataset name, one object per row with a "prompt"; its other
     # fields reach the reward functions as keyword lists
@@ -157,7 +159,8 @@ def online_task(task: Task | None, config: OnlineConfig) -> tuple[Task, OnlineCo
     config.task and config.task_option when the config names none, so that a resume can compare), else the one
     config.task or config.prompts names (`tasks.registry.resolve_task`). A task given under the name the config
     records must have the knobs it records too."""
-    if task is None:
+    if task is None:  # the task's folder knobs recorded absolute, as the command line records them
+        config = dataclasses.replace(config, task_option=absolute_task_options(config.task, config.task_option))
         task = resolve_task(config)
     elif config.task is None and config.prompts is None:
         config = dataclasses.replace(config, task=task.name, task_option=list(task.options) or None)

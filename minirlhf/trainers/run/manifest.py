@@ -28,7 +28,7 @@ from typing import Any
 
 from minirlhf.data import PREFERENCE_DATASETS
 from minirlhf.errors import CheckpointDamaged, UserError
-from minirlhf.tasks.registry import DEFAULT_TASK, canonical_task_options
+from minirlhf.tasks.registry import DEFAULT_TASK, absolute_task_options, canonical_task_options
 
 MANIFEST_FILE = "run.json"  # inside out_dir
 TENSORBOARD_FOLDER = "tensorboard"  # inside out_dir: the event files of report_to="tensorboard"
@@ -89,9 +89,10 @@ def hub_datasets(data: dict[str, Any]) -> dict[str, str]:
 
 
 def absolute_data_paths(values: dict[str, Any]) -> dict[str, Any]:
-    """`values` with every data field that names a local file or folder (`p.jsonl`, a pairs folder, `rewards.py:f`)
-    made absolute, so that a run resumed from another working directory reads its own data (and compares equal to
-    the same data named relatively), never a folder of the same name where it happens to run."""
+    """`values` with every data field that names a local file or folder (`p.jsonl`, a pairs folder, `rewards.py:f`,
+    a task's folder knob `models=F1,F2`) made absolute, so that a run resumed from another working directory reads
+    its own data (and compares equal to the same data named relatively), never a folder of the same name where it
+    happens to run."""
     def absolute(name: str, item: Any) -> Any:
         path = _path_of(item, name, modules=False)
         if path is None:
@@ -99,8 +100,11 @@ def absolute_data_paths(values: dict[str, Any]) -> dict[str, Any]:
         where, sep, function = item.rpartition(":")
         return f"{path.resolve()}:{function}" if sep and where.endswith(".py") else str(path.resolve())
 
-    return {name: ([absolute(name, v) for v in value] if isinstance(value, list) else absolute(name, value))
+    made = {name: ([absolute(name, v) for v in value] if isinstance(value, list) else absolute(name, value))
             if name in DATA_FIELDS else value for name, value in values.items()}
+    if "task_option" in made:  # a task's knobs that name folders (reward-models: models=F1,F2)
+        made["task_option"] = absolute_task_options(made.get("task"), made["task_option"])
+    return made
 
 
 FOLDER_FIELDS = ("prompts", "pairs")  # the data fields that may name a folder (a shipped name is not one)
