@@ -64,7 +64,7 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
                                "tasks with a held-out pass@k: arithmetic, lab"),
     "option-of-a-task-without-knobs": (["--task-option", "max_new_tokens=8"], "--task-option 'max_new_tokens=8': "
                                        "task 'arithmetic' takes no options (the tasks that take them: lab, "
-                                       "calculator)"),
+                                       "calculator, reward-models)"),
     "unknown-lab-knob": (["--task", "lab", "--task-option", "cap=8"], "--task-option 'cap=8' must be NAME=VALUE, "
                          "NAME one of the lab task's knobs: mix, filler, max_new_tokens, tolerance"),
     "problems-zero": (["--problems", "0"], "PassAtKConfig.problems must be an integer >= 1, got 0"),
