@@ -148,3 +148,23 @@ def test_a_config_given_in_python_records_the_folders_absolute(folders, monkeypa
     made, config = online_task(None, GRPOConfig(task="reward-models", task_option=["models=rm_a", "rule=mean"]))
     assert config.task_option == [f"models={folders.resolve() / 'rm_a'}", "rule=mean"]
     assert made.options == (f"models={folders.resolve() / 'rm_a'}", "rule=mean")
+
+
+def test_a_member_with_another_tokenizer_is_refused_naming_its_folder(folders, tmp_path):
+    """The ensemble tokenizes every text once, with its first member's tokenizer: a member trained on another
+    vocabulary would read other tokens than it learned, and score noise without a word."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from minirlhf.tasks.reward_models import RewardModelsConfig
+
+    other = tmp_path / "rm_other_vocabulary"
+    shutil.copytree(folders / "rm_b", other)
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.train_from_iterator(["a good film", "a bad film"] * 20, trainers.BpeTrainer(vocab_size=300,
+                                                                                    special_tokens=["<|endoftext|>"]))
+    PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>").save_pretrained(other)
+    with pytest.raises(ValueError, match=r"RewardModelsConfig.models: '.*rm_other_vocabulary' has another tokenizer"):
+        RewardModelsConfig(models=(str(folders / "rm_a"), str(other)))
+    assert RewardModelsConfig(models=(str(folders / "rm_a"), str(folders / "rm_b"))).models  # one vocabulary: kept
