@@ -266,6 +266,11 @@ class RewardModelsConfig:
             if twice:
                 raise ValueError(f"{cls.__name__}.models={value!r} names {twice[0]} more than once: a member counted "
                                  "twice is not a second opinion")
+            vocabulary = load_tokenizer(folders[0]).get_vocab()
+            for given, folder in zip(value[1:], folders[1:], strict=True):
+                if load_tokenizer(folder).get_vocab() != vocabulary:  # the ensemble reads every member's text with
+                    raise ValueError(f"{cls.__name__}.models: {given!r} has another tokenizer than {value[0]!r}; "
+                                     "the members of an ensemble read one tokenization of the texts")  # the first's
             return folders
         if name == "rule":
             check_choice(f"{cls.__name__}.rule", value, ENSEMBLE_RULES)
