@@ -21,7 +21,7 @@ from pathlib import Path
 from minirlhf.checks import check_count, check_interval
 from minirlhf.errors import UserError
 from minirlhf.models import SHIPPED, load_model, resolve_device
-from minirlhf.paths import absolute, check_apart
+from minirlhf.paths import absolute, check_apart, check_writable
 from minirlhf.tasks import arithmetic, lab
 from minirlhf.tasks.pass_at_k import check_ks
 from minirlhf.tasks.registry import MADE_IN_PYTHON, TASKS, task_options
@@ -96,6 +96,7 @@ class PassAtKConfig:
                 raise UserError(f"{name}.out={self.out!r} is a folder; give a file to write the JSON to")
             read = SHIPPED.get(self.model) or (self.model if Path(self.model).expanduser().exists() else None)
             check_apart({f"{name}.model": read}, {f"{name}.out": self.out})
+            check_writable(f"{name}.out", self.out)  # here, not after the sampling
 
     @property
     def ks(self) -> tuple[int, ...]:
