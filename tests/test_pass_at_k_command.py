@@ -67,6 +67,9 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
                                        "calculator)"),
     "unknown-lab-knob": (["--task", "lab", "--task-option", "cap=8"], "--task-option 'cap=8' must be NAME=VALUE, "
                          "NAME one of the lab task's knobs: mix, filler, max_new_tokens, tolerance"),
+    "mix-of-the-lab": (["--task", "lab", "--task-option", "mix=1,0,0"], "PassAtKConfig.task_option=['mix=1,0,0'] "
+                       "sets mix, which plays no part in pass@k: every kind is evaluated on its own (pass@k/<kind>); "
+                       "drop it"),
     "problems-zero": (["--problems", "0"], "PassAtKConfig.problems must be an integer >= 1, got 0"),
     "problems-beyond-the-held-out-sums": (["--problems", "993"], "PassAtKConfig.problems must lie in [1, 992] (the "
                                           "arithmetic task holds 992 problems out), got 993"),

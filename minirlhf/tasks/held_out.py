@@ -41,7 +41,7 @@ class PassAtKConfig:
     # arithmetic: the held-out sums; lab: the lab's held-out problems, pass@k per kind (easy, medium, hard)
     task: str = field(default="arithmetic", metadata={"choices": PASS_AT_K_TASKS})
     # the lab's knobs, NAME=VALUE each, as the trainers take them (filler=true max_new_tokens=40 tolerance=0, as in
-    # minirlhf.tasks.lab.LabConfig; mix plays no part: every kind is evaluated)
+    # minirlhf.tasks.lab.LabConfig; mix is refused: every kind is evaluated on its own)
     task_option: list[str] | None = field(default=None, metadata={"metavar": "NAME=VALUE"})
     samples: int = 16  # n: answers sampled per held-out problem, at temperature 1
     k: list[int] | None = None  # the k of each pass@k, each in 1..samples; None = 1 and the powers of 4 up to samples
@@ -65,7 +65,9 @@ class PassAtKConfig:
             known = self.task in TASKS or self.task in MADE_IN_PYTHON
             raise UserError(f"{name}.task={self.task!r} " + ("has no held-out pass@k" if known else "is no shipped "
                             "task") + f"; the tasks with a held-out pass@k: {', '.join(PASS_AT_K_TASKS)}")
-        task_options(self.task, self.task_option)  # each knob parsed and checked (arithmetic takes none)
+        if "mix" in task_options(self.task, self.task_option):  # each knob parsed and checked (arithmetic: none)
+            raise UserError(f"{name}.task_option={self.task_option!r} sets mix, which plays no part in pass@k: every "
+                            "kind is evaluated on its own (pass@k/<kind>); drop it")
         check_count(f"{name}.samples", self.samples)
         if self.k is not None and (not isinstance(self.k, list | tuple) or not self.k):
             raise UserError(f"{name}.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), "
