@@ -97,6 +97,11 @@ def test_a_bad_k_from_python_is_refused_by_name(k, message):
         PassAtKConfig(k=k)
 
 
+def test_a_task_that_is_no_name_from_python_is_refused_by_name():
+    with pytest.raises(ValueError, match=re.escape("PassAtKConfig.task=['lab'] is no shipped task")):
+        PassAtKConfig(task=["lab"])
+
+
 @pytest.mark.parametrize("name", BAD)
 def test_a_bad_setting_is_refused_by_name_before_any_sampling(name, capsys, monkeypatch, tmp_path):
     """Each refused with one line naming the flag (its config field) and the value, status 2; the model is not even

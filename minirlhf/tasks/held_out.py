@@ -61,8 +61,8 @@ class PassAtKConfig:
         if (final / "config.json").is_file():
             raise UserError(f"{name}.model={self.model!r} is a run's folder: its final model is "
                             f"{str(Path(self.model) / RUN_MODEL_FOLDER)!r}")
-        if self.task not in PASS_AT_K_TASKS:
-            known = self.task in TASKS or self.task in MADE_IN_PYTHON
+        if not isinstance(self.task, str) or self.task not in PASS_AT_K_TASKS:
+            known = isinstance(self.task, str) and (self.task in TASKS or self.task in MADE_IN_PYTHON)
             raise UserError(f"{name}.task={self.task!r} " + ("has no held-out pass@k" if known else "is no shipped "
                             "task") + f"; the tasks with a held-out pass@k: {', '.join(PASS_AT_K_TASKS)}")
         if "mix" in task_options(self.task, self.task_option):  # each knob parsed and checked (arithmetic: none)
