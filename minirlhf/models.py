@@ -75,10 +75,11 @@ def _resolve_source(name_or_path: str | os.PathLike) -> tuple[str, bool]:
                 f"the shipped model {name!r} is missing at {path}; rebuild it with `python scripts/build_tiny_model.py`"
             )
         return str(path), True
-    if Path(name).exists():
-        if not (Path(name) / "config.json").exists():
+    folder = Path(name).expanduser()  # "~/runs/a/model" as the shell leaves it in --model=~/runs/a/model
+    if folder.exists():
+        if not (folder / "config.json").exists():
             raise FileNotFoundError(f"{name} exists but has no config.json: not a `save_pretrained` model folder")
-        return name, True
+        return str(folder), True
     if name.startswith((".", "/", "~")) or name.count("/") > 1:  # a path, not a hub name like "org/model"
         raise FileNotFoundError(f"model folder {name!r} does not exist (known short names: {sorted(SHIPPED)})")
     return name, False
