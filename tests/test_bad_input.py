@@ -17,7 +17,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from minirlhf.__main__ import main
 from minirlhf.cli import add_config_arguments, config_from_args
 from minirlhf.data import PreferencePair, check_pair_lengths, load_preference_pairs
-from minirlhf.models import load_model
+from minirlhf.models import SHIPPED, load_model
 from minirlhf.tasks import arithmetic
 from minirlhf.trainers.dpo import DPOConfig, train_dpo
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
@@ -134,6 +134,15 @@ def test_tokenizer_without_pad_token_or_without_tokenizer_is_an_error(tiny):
         train_grpo(task, config, model=copy.deepcopy(model), tokenizer=no_pad)
     with pytest.raises(ValueError, match="came without its tokenizer"):
         train_grpo(task, config, model=copy.deepcopy(model))
+
+
+def test_a_model_folder_named_from_the_home_folder_loads(monkeypatch, tmp_path):
+    """`--model=~/runs/a/model` reaches the config with its `~` (the shell expands none after `=`): the folder is
+    found in the home folder, not refused as missing."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "model").symlink_to(SHIPPED["tiny"], target_is_directory=True)
+    model, _ = load_model("~/model", device="cpu")
+    assert model.config.name_or_path == str(tmp_path / "model")
 
 
 def test_model_and_tokenizer_vocabulary_mismatch_is_an_error(tiny):

@@ -67,6 +67,9 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
                                        "calculator, reward-models)"),
     "unknown-lab-knob": (["--task", "lab", "--task-option", "cap=8"], "--task-option 'cap=8' must be NAME=VALUE, "
                          "NAME one of the lab task's knobs: mix, filler, max_new_tokens, tolerance"),
+    "mix-of-the-lab": (["--task", "lab", "--task-option", "mix=1,0,0"], "PassAtKConfig.task_option=['mix=1,0,0'] "
+                       "sets mix, which plays no part in pass@k: every kind is evaluated on its own (pass@k/<kind>); "
+                       "drop it"),
     "problems-zero": (["--problems", "0"], "PassAtKConfig.problems must be an integer >= 1, got 0"),
     "problems-beyond-the-held-out-sums": (["--problems", "993"], "PassAtKConfig.problems must lie in [1, 992] (the "
                                           "arithmetic task holds 992 problems out), got 993"),
@@ -74,6 +77,9 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
     "seed-too-large": (["--seed", str(2**32)], "PassAtKConfig.seed must lie in [0, 4294967296) (as a run's --seed), "
                        "got 4294967296"),
     "out-a-folder": (["--out", "{tmp}"], "PassAtKConfig.out='{tmp}' is a folder; give a file to write the JSON to"),
+    "out-inside-a-file": (["--out", "{tmp}/run/config.json/eval/pass_at_k.json"], "PassAtKConfig.out="
+                          "'{tmp}/run/config.json/eval/pass_at_k.json' lies inside the file {tmp}/run/config.json: "
+                          "give a path in a folder"),
     "missing-model-folder": (["--model", "{tmp}/runs/none"], "PassAtKConfig.model='{tmp}/runs/none': model folder "
                              "'{tmp}/runs/none' does not exist (known short names: ['tiny', 'tiny-calculator', "
                              "'tiny-lab', 'tiny-lab-chain', 'tiny-lab-long-wrong', 'tiny-sft'])"),
@@ -89,6 +95,11 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
 def test_a_bad_k_from_python_is_refused_by_name(k, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         PassAtKConfig(k=k)
+
+
+def test_a_task_that_is_no_name_from_python_is_refused_by_name():
+    with pytest.raises(ValueError, match=re.escape("PassAtKConfig.task=['lab'] is no shipped task")):
+        PassAtKConfig(task=["lab"])
 
 
 @pytest.mark.parametrize("name", BAD)
@@ -109,6 +120,19 @@ def test_a_bad_setting_is_refused_by_name_before_any_sampling(name, capsys, monk
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"python -m minirlhf pass-at-k: error: {message.format(tmp=tmp_path)}")
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-file", "existing-file"])
+def test_an_out_this_process_may_not_write_is_refused_when_the_config_is_made(existing, monkeypatch, tmp_path):
+    """A read-only --out (or one in a read-only folder) is found before the model is loaded, not after the
+    sampling. os.access stands in for the file modes, which root ignores."""
+    out = tmp_path / "pass_at_k.json"
+    if existing:
+        out.write_text("{}")
+    monkeypatch.setattr("minirlhf.paths.os.access", lambda path, mode: False)
+    why = f"is read-only ({out})" if existing else f"cannot be written: this process may not write in {tmp_path}"
+    with pytest.raises(ValueError, match=re.escape(f"PassAtKConfig.out={str(out)!r} {why}")):
+        PassAtKConfig(out=str(out))
 
 
 def test_help_lists_every_flag_with_its_default(capsys):

@@ -21,7 +21,7 @@ from pathlib import Path
 from minirlhf.checks import check_count, check_interval
 from minirlhf.errors import UserError
 from minirlhf.models import SHIPPED, load_model, resolve_device
-from minirlhf.paths import absolute, check_apart
+from minirlhf.paths import absolute, check_apart, check_writable
 from minirlhf.tasks import arithmetic, lab
 from minirlhf.tasks.pass_at_k import check_ks
 from minirlhf.tasks.registry import MADE_IN_PYTHON, TASKS, task_options
@@ -41,7 +41,7 @@ class PassAtKConfig:
     # arithmetic: the held-out sums; lab: the lab's held-out problems, pass@k per kind (easy, medium, hard)
     task: str = field(default="arithmetic", metadata={"choices": PASS_AT_K_TASKS})
     # the lab's knobs, NAME=VALUE each, as the trainers take them (filler=true max_new_tokens=40 tolerance=0, as in
-    # minirlhf.tasks.lab.LabConfig; mix plays no part: every kind is evaluated)
+    # minirlhf.tasks.lab.LabConfig; mix is refused: every kind is evaluated on its own)
     task_option: list[str] | None = field(default=None, metadata={"metavar": "NAME=VALUE"})
     samples: int = 16  # n: answers sampled per held-out problem, at temperature 1
     k: list[int] | None = None  # the k of each pass@k, each in 1..samples; None = 1 and the powers of 4 up to samples
@@ -61,11 +61,13 @@ class PassAtKConfig:
         if (final / "config.json").is_file():
             raise UserError(f"{name}.model={self.model!r} is a run's folder: its final model is "
                             f"{str(Path(self.model) / RUN_MODEL_FOLDER)!r}")
-        if self.task not in PASS_AT_K_TASKS:
-            known = self.task in TASKS or self.task in MADE_IN_PYTHON
+        if not isinstance(self.task, str) or self.task not in PASS_AT_K_TASKS:
+            known = isinstance(self.task, str) and (self.task in TASKS or self.task in MADE_IN_PYTHON)
             raise UserError(f"{name}.task={self.task!r} " + ("has no held-out pass@k" if known else "is no shipped "
                             "task") + f"; the tasks with a held-out pass@k: {', '.join(PASS_AT_K_TASKS)}")
-        task_options(self.task, self.task_option)  # each knob parsed and checked (arithmetic takes none)
+        if "mix" in task_options(self.task, self.task_option):  # each knob parsed and checked (arithmetic: none)
+            raise UserError(f"{name}.task_option={self.task_option!r} sets mix, which plays no part in pass@k: every "
+                            "kind is evaluated on its own (pass@k/<kind>); drop it")
         check_count(f"{name}.samples", self.samples)
         if self.k is not None and (not isinstance(self.k, list | tuple) or not self.k):
             raise UserError(f"{name}.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), "
@@ -96,6 +98,7 @@ class PassAtKConfig:
                 raise UserError(f"{name}.out={self.out!r} is a folder; give a file to write the JSON to")
             read = SHIPPED.get(self.model) or (self.model if Path(self.model).expanduser().exists() else None)
             check_apart({f"{name}.model": read}, {f"{name}.out": self.out})
+            check_writable(f"{name}.out", self.out)  # here, not after the sampling
 
     @property
     def ks(self) -> tuple[int, ...]:
