@@ -168,3 +168,4 @@ def test_a_member_with_another_tokenizer_is_refused_naming_its_folder(folders, t
     with pytest.raises(ValueError, match=r"RewardModelsConfig.models: '.*rm_other_vocabulary' has another tokenizer"):
         RewardModelsConfig(models=(str(folders / "rm_a"), str(other)))
     assert RewardModelsConfig(models=(str(folders / "rm_a"), str(folders / "rm_b"))).models  # one vocabulary: kept
+

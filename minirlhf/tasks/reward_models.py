@@ -266,6 +266,7 @@ class RewardModelsConfig:
             if twice:
                 raise ValueError(f"{cls.__name__}.models={value!r} names {twice[0]} more than once: a member counted "
                                  "twice is not a second opinion")
+            _check_one_tokenizer(cls.__name__, folders)
             return folders
         if name == "rule":
             check_choice(f"{cls.__name__}.rule", value, ENSEMBLE_RULES)
@@ -277,6 +278,18 @@ class RewardModelsConfig:
         """The knobs moved from their defaults, as NAME=VALUE strings (`--task-option`) that rebuild this config."""
         moved = [f for f in dataclasses.fields(self) if getattr(self, f.name) != f.default]
         return tuple(f"{f.name}={','.join(v) if isinstance(v := getattr(self, f.name), tuple) else v}" for f in moved)
+
+
+def _check_one_tokenizer(owner: str, folders: tuple[str, ...]) -> None:
+    """Every member reads the first one's tokens: `RewardEnsemble` tokenizes each text once, with its first member's
+    tokenizer, so a member trained on another vocabulary would score tokens it never learned. A ValueError names
+    the folder whose tokenizer differs (vocabulary or EOS)."""
+    first = load_tokenizer(folders[0])
+    for folder in folders[1:]:
+        tokenizer = load_tokenizer(folder)
+        if tokenizer.get_vocab() != first.get_vocab() or tokenizer.eos_token != first.eos_token:
+            raise ValueError(f"{owner}.models: {folder!r} has another tokenizer than {folders[0]!r} (its vocabulary "
+                             "or EOS differs): the ensemble reads every text with its first member's tokens")
 
 
 def task(config: RewardModelsConfig | None = None, **knobs) -> Task:
