@@ -169,3 +169,11 @@ def test_a_member_with_another_tokenizer_is_refused_naming_its_folder(folders, t
         RewardModelsConfig(models=(str(folders / "rm_a"), str(other)))
     assert RewardModelsConfig(models=(str(folders / "rm_a"), str(folders / "rm_b"))).models  # one vocabulary: kept
 
+
+def test_a_folder_with_a_comma_is_refused_since_the_recorded_option_cannot_spell_it(folders, tmp_path):
+    """The config records its folders as models=F1,F2 (`options`), which a resume splits at each comma."""
+    from minirlhf.tasks.reward_models import RewardModelsConfig
+
+    shutil.copytree(folders / "rm_a", tmp_path / "rm,a")
+    with pytest.raises(ValueError, match=r"RewardModelsConfig.models: '.*rm,a' has a comma in its path"):
+        RewardModelsConfig(models=(str(tmp_path / "rm,a"),))

@@ -266,6 +266,10 @@ class RewardModelsConfig:
             if twice:
                 raise ValueError(f"{cls.__name__}.models={value!r} names {twice[0]} more than once: a member counted "
                                  "twice is not a second opinion")
+            comma = next((folder for folder in folders if "," in folder), None)
+            if comma:  # `options` writes the folders comma-separated: a resume would read two folders, or none
+                raise ValueError(f"{cls.__name__}.models: {comma!r} has a comma in its path, which the recorded "
+                                 "--task-option models=F1,F2 cannot spell; rename or link it")
             _check_one_tokenizer(cls.__name__, folders)
             return folders
         if name == "rule":
