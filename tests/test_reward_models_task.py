@@ -177,3 +177,18 @@ def test_a_folder_with_a_comma_is_refused_since_the_recorded_option_cannot_spell
     shutil.copytree(folders / "rm_a", tmp_path / "rm,a")
     with pytest.raises(ValueError, match=r"RewardModelsConfig.models: '.*rm,a' has a comma in its path"):
         RewardModelsConfig(models=(str(tmp_path / "rm,a"),))
+
+
+def test_a_resume_refuses_a_reward_model_retrained_in_place(folders, tmp_path):
+    """The run's manifest fingerprints the members' folders, as it does a prompts file: a member saved over since
+    the run started would change the reward under the resumed steps without a word."""
+    from minirlhf.errors import UserError
+    from minirlhf.trainers.run.manifest import check_same_data, data_identity, fingerprints
+
+    shutil.copytree(folders / "rm_a", tmp_path / "rm_a")
+    config = {"task": "reward-models", "task_option": [f"models={tmp_path / 'rm_a'},{folders / 'rm_b'}"]}
+    recorded = {"data": config, "fingerprints": fingerprints(data_identity(config))}
+    check_same_data(recorded, config, "the run")  # nothing changed: it resumes
+    shutil.copy(folders / "rm_b" / "reward_head.safetensors", tmp_path / "rm_a")  # rm_a retrained in place
+    with pytest.raises(UserError, match=r"the run: data file task_option\[0\]='models=.*rm_a.*changed since the run"):
+        check_same_data(recorded, config, "the run")
