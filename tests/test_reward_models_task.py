@@ -104,6 +104,8 @@ FOLDER = "--task-option 'models="  # a folder knob is named by its absolute path
     (["models=no_weights"], [FOLDER, "its weights (model.safetensors or model.safetensors.index.json) is missing"]),
     (["models=no_head"], [FOLDER, "its head (reward_head.safetensors) is missing"]),
     (["models=no_tokenizer"], [FOLDER, "its tokenizer (tokenizer_config.json) is missing"]),
+    (["models="], ["--task-option 'models=': RewardModelsConfig.models=('',) holds an empty folder name"]),
+    (["models=rm_a,"], [FOLDER, "holds an empty folder name (a comma too many?)"]),
     (["models=rm_a,rm_b,rm_a"], [FOLDER, "rm_a more than once: a member counted twice is not a second opinion"]),
     (["models=rm_a,./rm_a"], [FOLDER, "rm_a more than once"]),
     (["models=rm_a", "rule=max"], ["--task-option 'rule=max': RewardModelsConfig.rule must be one of: mean, min"]),
@@ -192,3 +194,14 @@ def test_a_resume_refuses_a_reward_model_retrained_in_place(folders, tmp_path):
     shutil.copy(folders / "rm_b" / "reward_head.safetensors", tmp_path / "rm_a")  # rm_a retrained in place
     with pytest.raises(UserError, match=r"the run: data file task_option\[0\]='models=.*rm_a.*changed since the run"):
         check_same_data(recorded, config, "the run")
+
+
+def test_an_empty_folder_name_is_refused_even_where_the_working_directory_is_a_reward_model(folders, monkeypatch):
+    """models=../rm_b, (a comma too many) read from inside rm_a: the empty name must not become rm_a, a member the
+    user never named."""
+    from minirlhf.tasks.registry import absolute_task_options, task_options
+
+    monkeypatch.chdir(folders / "rm_a")
+    for options in (["models=../rm_b,"], absolute_task_options("reward-models", ["models=../rm_b,"])):
+        with pytest.raises(ValueError, match="holds an empty folder name"):
+            task_options("reward-models", options)

@@ -111,7 +111,8 @@ def absolute_task_options(task: str | None, options: Any) -> Any:
         key, sep, text = option.partition("=") if isinstance(option, str) else ("", "", "")
         if not sep or key not in folders:
             return option
-        return f"{key}=" + ",".join(str(Path(part.strip()).expanduser().resolve()) for part in text.split(","))
+        parts = [part.strip() for part in text.split(",")]  # an empty one stays empty, for the check to name
+        return f"{key}=" + ",".join(str(Path(part).expanduser().resolve()) if part else part for part in parts)
 
     return [absolute(option) for option in options]
 

@@ -261,6 +261,8 @@ class RewardModelsConfig:
             if isinstance(value, str | Path) or not value:
                 raise ValueError(f"{cls.__name__}.models={value!r}: give at least one reward model folder, as a "
                                  "tuple of folders (--task-option models=FOLDER[,FOLDER...])")
+            if any(not str(folder).strip() for folder in value):  # Path("") would be the working directory
+                raise ValueError(f"{cls.__name__}.models={value!r} holds an empty folder name (a comma too many?)")
             folders = tuple(str(saved_model_folder(str(folder))) for folder in value)
             twice = [folder for folder in dict.fromkeys(folders) if folders.count(folder) > 1]
             if twice:
