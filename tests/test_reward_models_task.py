@@ -205,3 +205,13 @@ def test_an_empty_folder_name_is_refused_even_where_the_working_directory_is_a_r
     for options in (["models=../rm_b,"], absolute_task_options("reward-models", ["models=../rm_b,"])):
         with pytest.raises(ValueError, match="holds an empty folder name"):
             task_options("reward-models", options)
+
+
+def test_an_untrained_reward_model_is_refused_naming_its_folder(folders, tmp_path):
+    """RewardModel.from_pretrained_lm starts with a zero head: saved untrained, it scores every text 0, and
+    standardised it would pay every answer 0 (alone: nothing to learn; under min: a cap), without a word."""
+    from minirlhf.tasks.reward_models import RewardModelsConfig
+
+    RewardModel.from_pretrained_lm("tiny", device="cpu").save(tmp_path / "untrained")
+    with pytest.raises(ValueError, match=r"reward model .*untrained scores all 256 reference texts alike"):
+        task(RewardModelsConfig(models=(str(folders / "rm_a"), str(tmp_path / "untrained"))))

@@ -35,6 +35,7 @@ from minirlhf.tasks.sentiment import sentiment_task
 
 HEAD_FILE = "reward_head.safetensors"
 ENSEMBLE_RULES = ("mean", "min", "mean-std", "mean-var")  # how `ensemble_reward` turns K scores into one
+MIN_SPREAD = 1e-6  # a member's least standard deviation on the reference texts (`RewardEnsemble.standardise`)
 
 
 class RewardModel(nn.Module):
@@ -177,13 +178,23 @@ class RewardEnsemble(nn.Module):
         self.register_buffer("scale", torch.ones(len(members)))  # (K,) σ_k
 
     @torch.no_grad()
-    def standardise(self, prompts: list[str], completions: list[str]) -> RewardEnsemble:
-        """Measure μ_k and σ_k of every member on these reference texts (at least two); returns the ensemble."""
+    def standardise(self, prompts: list[str], completions: list[str],
+                    names: list[str] | None = None) -> RewardEnsemble:
+        """Measure μ_k and σ_k of every member on these reference texts (at least two); returns the ensemble. A
+        member that scores them all alike (σ_k < MIN_SPREAD: an untrained, zero head) is refused, named by `names`
+        (its folder, say) or its index: standardised it would pay every answer 0."""
         if len(prompts) < 2:
             raise ValueError(f"standardise needs at least 2 reference texts to measure a spread, got {len(prompts)}")
         raw = self._raw_scores(prompts, completions)  # (K, B)
+        spread = raw.std(1)  # (K,)
+        flat = (spread < MIN_SPREAD).nonzero().flatten().tolist()  # members that score every text alike
+        if flat:
+            k = flat[0]
+            raise ValueError(f"reward model {names[k] if names else k} scores all {len(prompts)} reference texts "
+                             f"alike (standard deviation {spread[k].item():.3g}): it tells no answer from another "
+                             "(an untrained head?), so it can neither be standardised nor reward anything")
         self.offset.copy_(raw.mean(1))
-        self.scale.copy_(raw.std(1).clamp_min(1e-6))
+        self.scale.copy_(spread)
         return self
 
     def _raw_scores(self, prompts, completions, tokenizer=None) -> torch.Tensor:
@@ -307,5 +318,6 @@ def task(config: RewardModelsConfig | None = None, **knobs) -> Task:
         raise ValueError("give either a RewardModelsConfig or knobs as keywords, not both")
     config = config or RewardModelsConfig(**knobs)
     members = [RewardModel.load(folder) for folder in config.models]
-    ensemble = RewardEnsemble(members, rule=config.rule, lam=config.lam).standardise(*reference_texts())
+    ensemble = RewardEnsemble(members, rule=config.rule, lam=config.lam)
+    ensemble.standardise(*reference_texts(), names=list(config.models))
     return dataclasses.replace(sentiment_task(ensemble), name=REWARD_MODELS_TASK, options=config.options())
