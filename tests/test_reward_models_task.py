@@ -104,6 +104,8 @@ FOLDER = "--task-option 'models="  # a folder knob is named by its absolute path
     (["models=no_weights"], [FOLDER, "its weights (model.safetensors or model.safetensors.index.json) is missing"]),
     (["models=no_head"], [FOLDER, "its head (reward_head.safetensors) is missing"]),
     (["models=no_tokenizer"], [FOLDER, "its tokenizer (tokenizer_config.json) is missing"]),
+    (["models="], ["--task-option 'models=': RewardModelsConfig.models=('',) holds an empty folder name"]),
+    (["models=rm_a,"], [FOLDER, "holds an empty folder name (a comma too many?)"]),
     (["models=rm_a,rm_b,rm_a"], [FOLDER, "rm_a more than once: a member counted twice is not a second opinion"]),
     (["models=rm_a,./rm_a"], [FOLDER, "rm_a more than once"]),
     (["models=rm_a", "rule=max"], ["--task-option 'rule=max': RewardModelsConfig.rule must be one of: mean, min"]),
@@ -168,3 +170,48 @@ def test_a_member_with_another_tokenizer_is_refused_naming_its_folder(folders, t
     with pytest.raises(ValueError, match=r"RewardModelsConfig.models: '.*rm_other_vocabulary' has another tokenizer"):
         RewardModelsConfig(models=(str(folders / "rm_a"), str(other)))
     assert RewardModelsConfig(models=(str(folders / "rm_a"), str(folders / "rm_b"))).models  # one vocabulary: kept
+
+
+def test_a_folder_with_a_comma_is_refused_since_the_recorded_option_cannot_spell_it(folders, tmp_path):
+    """The config records its folders as models=F1,F2 (`options`), which a resume splits at each comma."""
+    from minirlhf.tasks.reward_models import RewardModelsConfig
+
+    shutil.copytree(folders / "rm_a", tmp_path / "rm,a")
+    with pytest.raises(ValueError, match=r"RewardModelsConfig.models: '.*rm,a' has a comma in its path"):
+        RewardModelsConfig(models=(str(tmp_path / "rm,a"),))
+
+
+def test_a_resume_refuses_a_reward_model_retrained_in_place(folders, tmp_path):
+    """The run's manifest fingerprints the members' folders, as it does a prompts file: a member saved over since
+    the run started would change the reward under the resumed steps without a word."""
+    from minirlhf.errors import UserError
+    from minirlhf.trainers.run.manifest import check_same_data, data_identity, fingerprints
+
+    shutil.copytree(folders / "rm_a", tmp_path / "rm_a")
+    config = {"task": "reward-models", "task_option": [f"models={tmp_path / 'rm_a'},{folders / 'rm_b'}"]}
+    recorded = {"data": config, "fingerprints": fingerprints(data_identity(config))}
+    check_same_data(recorded, config, "the run")  # nothing changed: it resumes
+    shutil.copy(folders / "rm_b" / "reward_head.safetensors", tmp_path / "rm_a")  # rm_a retrained in place
+    with pytest.raises(UserError, match=r"the run: data file task_option\[0\]='models=.*rm_a.*changed since the run"):
+        check_same_data(recorded, config, "the run")
+
+
+def test_an_empty_folder_name_is_refused_even_where_the_working_directory_is_a_reward_model(folders, monkeypatch):
+    """models=../rm_b, (a comma too many) read from inside rm_a: the empty name must not become rm_a, a member the
+    user never named."""
+    from minirlhf.tasks.registry import absolute_task_options, task_options
+
+    monkeypatch.chdir(folders / "rm_a")
+    for options in (["models=../rm_b,"], absolute_task_options("reward-models", ["models=../rm_b,"])):
+        with pytest.raises(ValueError, match="holds an empty folder name"):
+            task_options("reward-models", options)
+
+
+def test_an_untrained_reward_model_is_refused_naming_its_folder(folders, tmp_path):
+    """RewardModel.from_pretrained_lm starts with a zero head: saved untrained, it scores every text 0, and
+    standardised it would pay every answer 0 (alone: nothing to learn; under min: a cap), without a word."""
+    from minirlhf.tasks.reward_models import RewardModelsConfig
+
+    RewardModel.from_pretrained_lm("tiny", device="cpu").save(tmp_path / "untrained")
+    with pytest.raises(ValueError, match=r"reward model .*untrained scores all 256 reference texts alike"):
+        task(RewardModelsConfig(models=(str(folders / "rm_a"), str(tmp_path / "untrained"))))

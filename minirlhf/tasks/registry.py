@@ -103,8 +103,7 @@ def absolute_task_options(task: str | None, options: Any) -> Any:
     """`options` with each knob that names folders (the task config's FOLDER_KNOBS) spelled with absolute paths, so
     that a run resumed from another working directory reads the same folders; the others, and anything that is no
     list of NAME=VALUE strings (the config's check says what is wrong), as they are."""
-    name = task or DEFAULT_TASK
-    folders = getattr(TASK_OPTIONS.get(name), "FOLDER_KNOBS", ())
+    folders = folder_knobs(task)
     if not folders or not isinstance(options, list):
         return options
 
@@ -112,9 +111,16 @@ def absolute_task_options(task: str | None, options: Any) -> Any:
         key, sep, text = option.partition("=") if isinstance(option, str) else ("", "", "")
         if not sep or key not in folders:
             return option
-        return f"{key}=" + ",".join(str(Path(part.strip()).expanduser().resolve()) for part in text.split(","))
+        parts = [part.strip() for part in text.split(",")]  # an empty one stays empty, for the check to name
+        return f"{key}=" + ",".join(str(Path(part).expanduser().resolve()) if part else part for part in parts)
 
     return [absolute(option) for option in options]
+
+
+def folder_knobs(task: str | None) -> tuple[str, ...]:
+    """The knobs of a shipped task that name folders (its config's FOLDER_KNOBS; reward-models: models), () when
+    it has none."""
+    return getattr(TASK_OPTIONS.get(task or DEFAULT_TASK), "FOLDER_KNOBS", ())
 
 
 def canonical_task_options(task: str | None, options: Sequence[str] | None) -> list[str] | None:

@@ -35,6 +35,7 @@ from minirlhf.tasks.sentiment import sentiment_task
 
 HEAD_FILE = "reward_head.safetensors"
 ENSEMBLE_RULES = ("mean", "min", "mean-std", "mean-var")  # how `ensemble_reward` turns K scores into one
+MIN_SPREAD = 1e-6  # a member's least standard deviation on the reference texts (`RewardEnsemble.standardise`)
 
 
 class RewardModel(nn.Module):
@@ -177,13 +178,23 @@ class RewardEnsemble(nn.Module):
         self.register_buffer("scale", torch.ones(len(members)))  # (K,) σ_k
 
     @torch.no_grad()
-    def standardise(self, prompts: list[str], completions: list[str]) -> RewardEnsemble:
-        """Measure μ_k and σ_k of every member on these reference texts (at least two); returns the ensemble."""
+    def standardise(self, prompts: list[str], completions: list[str],
+                    names: list[str] | None = None) -> RewardEnsemble:
+        """Measure μ_k and σ_k of every member on these reference texts (at least two); returns the ensemble. A
+        member that scores them all alike (σ_k < MIN_SPREAD: an untrained, zero head) is refused, named by `names`
+        (its folder, say) or its index: standardised it would pay every answer 0."""
         if len(prompts) < 2:
             raise ValueError(f"standardise needs at least 2 reference texts to measure a spread, got {len(prompts)}")
         raw = self._raw_scores(prompts, completions)  # (K, B)
+        spread = raw.std(1)  # (K,)
+        flat = (spread < MIN_SPREAD).nonzero().flatten().tolist()  # members that score every text alike
+        if flat:
+            k = flat[0]
+            raise ValueError(f"reward model {names[k] if names else k} scores all {len(prompts)} reference texts "
+                             f"alike (standard deviation {spread[k].item():.3g}): it tells no answer from another "
+                             "(an untrained head?), so it can neither be standardised nor reward anything")
         self.offset.copy_(raw.mean(1))
-        self.scale.copy_(raw.std(1).clamp_min(1e-6))
+        self.scale.copy_(spread)
         return self
 
     def _raw_scores(self, prompts, completions, tokenizer=None) -> torch.Tensor:
@@ -261,16 +272,18 @@ class RewardModelsConfig:
             if isinstance(value, str | Path) or not value:
                 raise ValueError(f"{cls.__name__}.models={value!r}: give at least one reward model folder, as a "
                                  "tuple of folders (--task-option models=FOLDER[,FOLDER...])")
+            if any(not str(folder).strip() for folder in value):  # Path("") would be the working directory
+                raise ValueError(f"{cls.__name__}.models={value!r} holds an empty folder name (a comma too many?)")
             folders = tuple(str(saved_model_folder(str(folder))) for folder in value)
             twice = [folder for folder in dict.fromkeys(folders) if folders.count(folder) > 1]
             if twice:
                 raise ValueError(f"{cls.__name__}.models={value!r} names {twice[0]} more than once: a member counted "
                                  "twice is not a second opinion")
-            vocabulary = load_tokenizer(folders[0]).get_vocab()
-            for given, folder in zip(value[1:], folders[1:], strict=True):
-                if load_tokenizer(folder).get_vocab() != vocabulary:  # the ensemble reads every member's text with
-                    raise ValueError(f"{cls.__name__}.models: {given!r} has another tokenizer than {value[0]!r}; "
-                                     "the members of an ensemble read one tokenization of the texts")  # the first's
+            comma = next((folder for folder in folders if "," in folder), None)
+            if comma:  # `options` writes the folders comma-separated: a resume would read two folders, or none
+                raise ValueError(f"{cls.__name__}.models: {comma!r} has a comma in its path, which the recorded "
+                                 "--task-option models=F1,F2 cannot spell; rename or link it")
+            _check_one_tokenizer(cls.__name__, folders)
             return folders
         if name == "rule":
             check_choice(f"{cls.__name__}.rule", value, ENSEMBLE_RULES)
@@ -284,6 +297,18 @@ class RewardModelsConfig:
         return tuple(f"{f.name}={','.join(v) if isinstance(v := getattr(self, f.name), tuple) else v}" for f in moved)
 
 
+def _check_one_tokenizer(owner: str, folders: tuple[str, ...]) -> None:
+    """Every member reads the first one's tokens: `RewardEnsemble` tokenizes each text once, with its first member's
+    tokenizer, so a member trained on another vocabulary would score tokens it never learned. A ValueError names
+    the folder whose tokenizer differs (vocabulary or EOS)."""
+    first = load_tokenizer(folders[0])
+    for folder in folders[1:]:
+        tokenizer = load_tokenizer(folder)
+        if tokenizer.get_vocab() != first.get_vocab() or tokenizer.eos_token != first.eos_token:
+            raise ValueError(f"{owner}.models: {folder!r} has another tokenizer than {folders[0]!r} (its vocabulary "
+                             "or EOS differs): the ensemble reads every text with its first member's tokens")
+
+
 def task(config: RewardModelsConfig | None = None, **knobs) -> Task:
     """The sentiment task rewarded by the saved reward models of `config` (or its knobs as keywords:
     ``task(models=("runs/rm1", "runs/rm2"), rule="mean")``): their `RewardEnsemble`, each member standardised on
@@ -293,5 +318,6 @@ def task(config: RewardModelsConfig | None = None, **knobs) -> Task:
         raise ValueError("give either a RewardModelsConfig or knobs as keywords, not both")
     config = config or RewardModelsConfig(**knobs)
     members = [RewardModel.load(folder) for folder in config.models]
-    ensemble = RewardEnsemble(members, rule=config.rule, lam=config.lam).standardise(*reference_texts())
+    ensemble = RewardEnsemble(members, rule=config.rule, lam=config.lam)
+    ensemble.standardise(*reference_texts(), names=list(config.models))
     return dataclasses.replace(sentiment_task(ensemble), name=REWARD_MODELS_TASK, options=config.options())

@@ -28,7 +28,7 @@ from typing import Any
 
 from minirlhf.data import PREFERENCE_DATASETS
 from minirlhf.errors import CheckpointDamaged, UserError
-from minirlhf.tasks.registry import DEFAULT_TASK, absolute_task_options, canonical_task_options
+from minirlhf.tasks.registry import DEFAULT_TASK, absolute_task_options, canonical_task_options, folder_knobs
 
 MANIFEST_FILE = "run.json"  # inside out_dir
 TENSORBOARD_FOLDER = "tensorboard"  # inside out_dir: the event files of report_to="tensorboard"
@@ -55,7 +55,8 @@ def data_identity(config_dict: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprints(data: dict[str, Any]) -> dict[str, str]:
     """sha256 of every file or folder a data field names (`x.jsonl`, a pairs folder, or the file of
-    `path/to/file.py:function`); a folder's covers the name and bytes of every file under it."""
+    `path/to/file.py:function`) and of the folders a task's knob names (reward-models' models=F1,F2: one digest of
+    them all, keyed task_option[i]); a folder's covers the name and bytes of every file under it."""
     found = {}
     for name, value in data.items():
         for i, item in enumerate(value if isinstance(value, list) else [value]):
@@ -63,6 +64,12 @@ def fingerprints(data: dict[str, Any]) -> dict[str, str]:
             if path is not None:
                 key = name if not isinstance(value, list) else f"{name}[{i}]"
                 found[key] = "sha256:" + _digest(path)
+    knobs = folder_knobs(data.get("task"))
+    for i, option in enumerate(data.get("task_option") or []):
+        knob, sep, folders = option.partition("=") if isinstance(option, str) else ("", "", "")
+        if sep and knob in knobs:  # a reward model retrained in place would change the reward under a resume
+            digests = "".join(_digest(Path(folder)) for folder in folders.split(","))
+            found[f"task_option[{i}]"] = "sha256:" + hashlib.sha256(digests.encode()).hexdigest()
     return found
 
 
@@ -114,7 +121,7 @@ def _path_of(value: Any, field: str, modules: bool = True) -> Path | None:
     """The file or folder a data value names: a path (a folder for FOLDER_FIELDS only), the file of
     `path.py:function`, or (`modules`) the source file of the module of `package.module:function`, so that an edit
     of it is seen too."""
-    if not isinstance(value, str) or not value or field == "task_option":  # a task's knobs never name a file
+    if not isinstance(value, str) or not value or field == "task_option":  # its folders: `fingerprints`
         return None
     where, sep, _ = value.rpartition(":")
     candidate = Path(where if sep and where.endswith(".py") else value).expanduser()
