@@ -76,6 +76,9 @@ def test_the_shipped_settings_of_e_and_6_pass_their_check(key):
     (lambda s: s["proxies"]["weak"].update(noise=1.5), r"proxies.weak.noise must lie in \[0.0, 1.0\].*got 1.5"),
     (lambda s: s["proxies"]["weak"].update(noise=float("nan")), r"proxies.weak.noise must lie in .*got nan"),
     (lambda s: s["proxies"]["weak"].update(noise="25%"), r"proxies.weak.noise must lie in .*got '25%'"),
+    (lambda s: s["proxies"]["weak"].update(min_accuracy=1.0), r"proxies.weak.min_accuracy must lie in \[0.0, 1.0\)"),
+    (lambda s: s["proxies"]["weak"].update(min_accuracy=-0.1), r"proxies.weak.min_accuracy must lie in .*got -0.1"),
+    (lambda s: s["proxies"]["strong"].pop("min_accuracy"), r"proxies.strong.min_accuracy: missing"),
     (lambda s: s.update(arms=["weak", "pooled"]), r"holding weak and ensemble"),
     # an older record's settings: ensemble.bootstrap was silently ignored, a missing ensemble.pairs a KeyError
     (lambda s: s["ensemble"].update(bootstrap=True),
@@ -381,3 +384,53 @@ def test_the_ensemble_summary_counts_the_members_and_reports_the_pooled_arm_only
     alone = ensembles.across([_seed(0.3, None, members=4)])
     assert "ensemble of 4 reward models" in alone["size"] and list(alone["fall"]) == ["weak", "ensemble"]
     assert not {key for key in alone if key.startswith("pooled")}
+
+
+@pytest.mark.parametrize("least, accuracies, chosen", [
+    (0.0, [0.52, 0.70], 0),  # any first draw
+    (0.56, [0.56, 0.70], 0),  # the first draw reaches it: kept
+    (0.56, [0.52, 0.54, 0.60, 0.70], 2),  # drawn again until one does
+    (0.9, [0.52, 0.61, 0.58, 0.55, 0.50, 0.99], 1),  # none in MAX_DRAWS: the most accurate of them
+])
+def test_a_proxy_is_drawn_again_until_it_beats_its_minimum_accuracy(least, accuracies, chosen, monkeypatch):
+    seeds = []
+
+    def train_proxy(pairs, seed, settings):
+        seeds.append((pairs[0], seed))
+        return f"model {len(seeds) - 1}", accuracies[len(seeds) - 1]
+
+    monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
+    monkeypatch.setattr(overoptimisation, "proxy_pairs", lambda spec, seed: [seed])
+    spec = {"pairs": 250, "noise": 0.25, "min_accuracy": least}
+    pairs, model, accuracy, draws = overoptimisation.proxy_draw(spec, 7, {})
+    assert (pairs, model, accuracy) == ([7 + overoptimisation.DRAW_STRIDE * chosen], f"model {chosen}",
+                                        accuracies[chosen])
+    tried = min(len(accuracies), overoptimisation.MAX_DRAWS, next(
+        (r + 1 for r, a in enumerate(accuracies) if a >= least), len(accuracies)))
+    assert draws == accuracies[:tried]
+    assert seeds == [(7 + overoptimisation.DRAW_STRIDE * r, 7) for r in range(tried)]  # the pairs move, the seed not
+
+
+def test_the_ensemble_members_learn_beside_the_weak_proxys_final_draw(monkeypatch):
+    from minirlhf.lab import settings_of
+
+    class Scorer(torch.nn.Module):
+        def score(self, prompts, completions, tokenizer=None):
+            return [float(len(c)) for c in completions]
+
+    calls = []
+
+    def train_proxy(pairs, seed, settings):
+        calls.append([_key(p) for p in pairs])
+        return Scorer(), 0.5 if len(calls) == 1 else 0.6  # the first draw of the weak proxy is at chance
+
+    monkeypatch.setattr(overoptimisation, "train_proxy", train_proxy)
+    monkeypatch.setattr(overoptimisation, "rl_run", lambda proxy, settings, seed: {"steps": [0], "peak": 0})
+    settings = settings_of("e", quick=False)
+    settings["arms"] = ["weak", "ensemble"]
+    arms = overoptimisation.run_seed(3, settings, ("weak",))
+    redrawn = [_key(p) for p in overoptimisation.proxy_pairs(settings["proxies"]["weak"],
+                                                              3 + overoptimisation.DRAW_STRIDE)]
+    assert calls[1] == redrawn and all(member == redrawn for member in calls[2:])  # "same": the kept draw's pairs
+    assert arms["weak"]["rm_draws"] == [0.5, 0.6] and arms["weak"]["rm_accuracy"] == 0.6
+    assert settings_of("6", quick=False)["proxies"]["weak"]["min_accuracy"] == 0.0  # (6)'s record: the first draw

@@ -30,6 +30,8 @@ from minirlhf.lab.effect import RUN, Effect
 POLICY = "tiny"  # the review model every run starts from, and the reward models' backbone
 NEEDS = ("weak", "strong")  # the arms (e)'s criterion and effect size read
 SAFETENSORS = ("model.safetensors", "model.safetensors.index.json")  # the weights of a folder, whole or sharded
+MAX_DRAWS = 5  # a proxy's draws of pairs at most, for its min_accuracy (`proxy_draw`)
+DRAW_STRIDE = 10_000  # draw r of a proxy's pairs is on seed + DRAW_STRIDE·r: apart from every member's seed
 MEMBER_PAIRS = {  # what each ensemble member after the first learns from
     "same": "the first member's pairs, its flips included (members differ in their seed, and backbone if given)",
     "bootstrap": "a resample with replacement of the first member's pairs (the same data budget)",
@@ -41,7 +43,11 @@ MEMBER_PAIRS = {  # what each ensemble member after the first learns from
 
 def settings(quick: bool) -> dict:
     return {"model": POLICY,
-            "proxies": {"weak": {"pairs": 250, "noise": 0.25}, "strong": {"pairs": 2000, "noise": 0.0}},
+            # each proxy: `pairs` of the shipped ones, a share `noise` of them flipped, drawn again (`proxy_draw`) until
+            # its held-out accuracy reaches `min_accuracy` (0: the first draw): the weak one must beat chance by about
+            # two standard errors of an accuracy on 300 pairs, 0.5 + 2·√(0.25/300) ≈ 0.56, or it is no proxy at all
+            "proxies": {"weak": {"pairs": 250, "noise": 0.25, "min_accuracy": 0.0 if quick else 0.56},
+                        "strong": {"pairs": 2000, "noise": 0.0, "min_accuracy": 0.0}},
             "reward_model": {"steps": 2 if quick else 60, "lr": 1e-3, "batch_size": 16},
             "held_out_pairs": 16 if quick else 300,  # of the shipped test pairs: each proxy's accuracy
             # the ensemble: `members` proxies like `of`, combined by `rule` (λ = `lam` for mean-std, mean-var); the
@@ -79,12 +85,28 @@ def bootstrap(pairs: list, seed: int) -> list:
     return [rng.choice(pairs) for _ in pairs]
 
 
-def member_pairs(settings: dict, seed: int) -> list[list]:
-    """The pairs each ensemble member learns from: the first is the proxy `of` itself (its pairs, drawn by `seed`);
-    member k ≥ 1, drawn on seed 1000·(k + 1) + seed, learns from what ensemble.pairs names (MEMBER_PAIRS)."""
+def proxy_draw(spec: dict, seed: int, settings: dict) -> tuple[list, object, float, list[float]]:
+    """The proxy `spec` on `seed`: its pairs drawn on seed + DRAW_STRIDE·r for r = 0, 1, … until the reward model
+    trained on them (on `seed`) reaches spec["min_accuracy"] held out, at most MAX_DRAWS times (then the most
+    accurate). Returns its pairs, the model, its accuracy, and every draw's accuracy."""
+    drawn = []
+    for r in range(MAX_DRAWS):
+        pairs = proxy_pairs(spec, seed + DRAW_STRIDE * r)
+        model, accuracy = train_proxy(pairs, seed, settings)
+        drawn.append((pairs, model, accuracy))
+        if accuracy >= spec["min_accuracy"]:
+            break
+    pairs, model, accuracy = max(drawn, key=lambda draw: draw[2])
+    return pairs, model, accuracy, [draw[2] for draw in drawn]
+
+
+def member_pairs(settings: dict, seed: int, first: list | None = None) -> list[list]:
+    """The pairs each ensemble member learns from: the first is the proxy `of` itself (`first`, its pairs: by
+    default its first draw on `seed`); member k ≥ 1, drawn on seed 1000·(k + 1) + seed, learns from what
+    ensemble.pairs names (MEMBER_PAIRS)."""
     ensemble = settings["ensemble"]
     spec = settings["proxies"][ensemble["of"]]
-    first = proxy_pairs(spec, seed)
+    first = proxy_pairs(spec, seed) if first is None else first
     draw = {"same": lambda k: first,
             "bootstrap": lambda k: bootstrap(first, member_seed(k, seed)),
             "fresh": lambda k: proxy_pairs(spec, member_seed(k, seed))}[ensemble["pairs"]]
@@ -238,6 +260,8 @@ def check_settings(settings: dict, needs: tuple[str, ...] = NEEDS) -> None:
             raise ValueError(f"proxies.{name}.pairs={spec['pairs']!r}: at most the {shipped} shipped training pairs "
                              f"(a draw without replacement)")
         check_interval(f"proxies.{name}.noise", spec["noise"], 0.0, 1.0, why="the share of labels flipped")
+        check_interval(f"proxies.{name}.min_accuracy", spec["min_accuracy"], 0.0, 1.0, high_included=False,
+                       why="the held-out accuracy a draw must reach (0: the first draw)")
     if "ensemble" in arms or "pooled" in arms:  # the pooled proxy learns from the ensemble members' pairs
         check_fields("ensemble", ensemble, ENSEMBLE_FIELDS)
         check_choice("ensemble.of", ensemble["of"], list(proxies))
@@ -313,14 +337,15 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     ensemble, of = settings["ensemble"], settings["ensemble"]["of"]
     wants_members = "ensemble" in settings["arms"] or "pooled" in settings["arms"]
     single = [arm for arm in settings["arms"] if arm in settings["proxies"]]
-    trained = {name: train_proxy(proxy_pairs(settings["proxies"][name], seed), seed, settings)
-               for name in dict.fromkeys(single + ([of] if "ensemble" in settings["arms"] else []))}
+    drawn = {name: proxy_draw(settings["proxies"][name], seed, settings)  # (pairs, model, accuracy, draws) each
+             for name in dict.fromkeys(single + ([of] if wants_members else []))}  # `of`: the members' first
+    trained = {name: (model, accuracy) for name, (_, model, accuracy, _) in drawn.items()}
 
     def alone(name: str) -> RewardEnsemble:  # one trained reward model, standardised on p_ref's texts
         return RewardEnsemble([trained[name][0]], rule="mean").standardise(*texts)
 
     proxies = {name: alone(name) for name in single}
-    pairs = member_pairs(settings, seed) if wants_members else []  # one list of pairs per member
+    pairs = member_pairs(settings, seed, drawn[of][0]) if wants_members else []  # one list of pairs per member
     if "ensemble" in settings["arms"]:
         backbones = ensemble["backbones"] or [settings["model"]] * (ensemble["members"] - 1)
         members = [trained[of]] + [train_proxy(pairs[k], member_seed(k, seed), settings | {"model": backbone})
@@ -334,6 +359,7 @@ def run_seed(seed: int, settings: dict, needs: tuple[str, ...] = NEEDS) -> dict:
     arms = {name: rl_run(proxies[name], settings, seed) for name in settings["arms"]}
     for name, figures in arms.items():
         figures["rm_accuracy"] = trained[name][1] if name in trained else None
+        figures["rm_draws"] = drawn[name][3] if name in drawn else None  # each draw's accuracy (`proxy_draw`)
         figures["peak_step"] = figures["steps"][figures["peak"]]
     if "ensemble" in arms:
         arms["ensemble"]["member_accuracy"] = [accuracy for _, accuracy in members]
