@@ -142,7 +142,7 @@ def test_help_shows_each_flags_meaning_and_allowed_values(capsys):
     assert "--scale group|batch|none how rewards are normalised into advantages" in text
     assert "--aggregation seq-sum|seq-mean|token-mean|constant how token terms are weighted" in text
     assert "--eval-every INT held-out evaluation every N steps (and at the first and last step); 0 = never" in text
-    assert "--task arithmetic|sentiment|lab|calculator|module:function|path.py:function" in text
+    assert "--task arithmetic|sentiment|lab|calculator|reward-models|module:function|path.py:function" in text
     with pytest.raises(SystemExit):
         main(["reinforce", "--help"])
     text = " ".join(capsys.readouterr().out.split())
