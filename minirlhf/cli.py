@@ -1,7 +1,8 @@
 """Map a method's config dataclass onto command-line flags: every field becomes `--field-name VALUE`.
 
 A field that may be None (`int | None`, `str | None`, ...) takes `none`; a bool field takes true/false, and its bare
-flag (`--debug`) means true. Unknown flags and abbreviations are errors (argparse's own message names them).
+flag (`--debug`) means true. A list field takes one or more values (`--k 1 4`, or `--k 1 --k 4`); one that may be None
+takes `none` alone (`--k none`). Unknown flags and abbreviations are errors (argparse's own message names them).
 
 The help of each flag is the field's own documentation: the comment written beside it (and any comment lines right
 above it) in the config class, read from the source with `tokenize`, with its allowed values (`choice` fields) and
@@ -86,9 +87,25 @@ def _list_of(tp: Any) -> type | None:
     return typing.get_args(tp)[0] if typing.get_origin(tp) is list else None
 
 
-def _metavar(tp: type, nullable: bool, choices: tuple[str, ...] | None) -> str:
+def _metavar(tp: type, nullable: bool, choices: tuple[str, ...] | None, many: bool = False) -> str | tuple[str, str]:
+    """`INT|none`; for a list field (`many`) the first value and the others: `--k INT|none [INT ...]`."""
     shown = "|".join(choices) if choices else "true|false" if tp is bool else tp.__name__.upper()
+    if many and nullable:
+        return shown + "|none", shown
     return shown + ("|none" if nullable else "")
+
+
+class _ExtendOrNone(argparse.Action):
+    """A list flag: `--k 1 4` and `--k 1 --k 4` give [1, 4]; for a field that may be None, `--k none` (alone) gives
+    None, and a later `--k 4` starts the list again."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        if None not in values:
+            setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *values])
+        elif len(values) == 1:
+            setattr(namespace, self.dest, None)
+        else:
+            raise argparse.ArgumentError(self, "none (None) stands alone, not among values")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> None:
@@ -102,14 +119,14 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type) -> N
         item = _list_of(tp)
         parse = _parse_bool if tp is bool else item or tp
         flag_only = {"nargs": "?", "const": True} if tp is bool else {}  # `--debug` alone means true
-        if item is not None:  # `--reward a b` or `--reward a --reward b`
-            flag_only = {"nargs": "+", "action": "extend"}
+        if item is not None:  # `--reward a b` or `--reward a --reward b`; `--reward none` alone: None
+            flag_only = {"nargs": "+", "action": _ExtendOrNone}
         parser.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
-            type=_optional(parse) if nullable and item is None else parse,
+            type=_optional(parse) if nullable else parse,
             default=default,
-            metavar=f.metadata.get("metavar") or _metavar(item or tp, nullable and item is None, choices),
+            metavar=f.metadata.get("metavar") or _metavar(item or tp, nullable, choices, many=item is not None),
             help=f"{docs.get(f.name, '')} (default: {default!r})".replace("%", "%%").strip(),
             **flag_only,
         )

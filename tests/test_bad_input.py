@@ -77,6 +77,8 @@ def test_cli_sets_optional_fields_to_none_and_bare_bool_flags_to_true():
     assert config.cliprange_value is None and config.debug is False
     with pytest.raises(SystemExit):
         _parse(PPOConfig, ["--eps", "none"])  # eps cannot be None: "none" is not a float
+    config = config_from_args(GRPOConfig, _parse(GRPOConfig, ["--reward-weights", "2", "--reward-weights", "none"]))
+    assert config.reward_weights is None  # a list field that may be None: `none` alone, the last flag wins
 
 
 def _parse(config_cls, argv):

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from minirlhf.__main__ import main
-from minirlhf.models import load_model
+from minirlhf.models import load_model, resolve_device
 from minirlhf.tasks import arithmetic, lab
 from minirlhf.tasks.held_out import PassAtKConfig
 
@@ -36,6 +36,28 @@ def test_the_command_prints_the_arithmetic_pass_at_k_of_python(capsys, tmp_path)
     assert written["config"]["k"] == [1, 4] and written["config"]["seed"] == 3
 
 
+def test_the_json_records_the_device_used_not_auto(tmp_path):
+    out = tmp_path / "pass_at_k.json"
+    main(["pass-at-k", "--samples", "1", "--problems", "1", "--out", str(out)])  # --device auto, the default
+    assert json.loads(out.read_text())["config"]["device"] == str(resolve_device("auto")) != "auto"
+
+
+@pytest.mark.parametrize("args, k", [
+    (["--k", "none"], None), (["--k", "None"], None), (["--k", "1", "--k", "4"], [1, 4]),
+    (["--k", "4", "--k", "none"], None), (["--k", "none", "--k", "4"], [4])])
+def test_k_none_on_the_command_line_is_1_and_the_powers_of_4(args, k, monkeypatch):
+    """`--k none` is None, as `none` is for every field that may be None: 1, 4, 16 for the 16 samples."""
+    seen = []
+    monkeypatch.setattr("minirlhf.tasks.held_out.run_pass_at_k", lambda config: seen.append(config) or {})
+    main(["pass-at-k", "--device", "cpu", "--samples", "16", *args])
+    assert seen[0].k == k and seen[0].ks == (tuple(k) if k else (1, 4, 16))
+
+
+def test_the_bounds_of_samples_and_lab_problems_are_taken():
+    assert PassAtKConfig(samples=256).ks == (1, 4, 16, 64, 256)
+    assert PassAtKConfig(task="lab", problems=830).problems == 830
+
+
 def test_the_command_prints_the_lab_pass_at_k_of_python_per_kind(capsys):
     printed = _command(capsys, "--model", "tiny-lab", "--task", "lab", "--task-option", "max_new_tokens=8",
                        "--samples", "2", "--k", "1", "2", "--problems", "2", "--seed", "1")
@@ -57,7 +79,12 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
     "k-negative": (["--k", "-2"], "PassAtKConfig.k must be an integer >= 1, got -2"),
     "k-twice": (["--k", "1", "4", "--k", "4"], "PassAtKConfig.k=[1, 4, 4] gives 4 twice: each pass@k once"),
     "k-not-a-number": (["--k", "two"], "argument --k: invalid int value: 'two'"),
+    "k-none-among-values": (["--k", "1", "none"], "argument --k: none (None) stands alone, not among values"),
     "samples-zero": (["--samples", "0"], "PassAtKConfig.samples must be an integer >= 1, got 0"),
+    "samples-beyond-memory": (["--samples", "257"], "PassAtKConfig.samples must lie in [1, 256] (the memory of "
+                              "sampling grows with n), got 257"),
+    "samples-huge": (["--samples", str(10**9)], "PassAtKConfig.samples must lie in [1, 256] (the memory of sampling "
+                     "grows with n), got 1000000000"),
     "unknown-task": (["--task", "algebra"], "PassAtKConfig.task='algebra' is no shipped task; the tasks with a "
                      "held-out pass@k: arithmetic, lab"),
     "task-without-pass-at-k": (["--task", "sentiment"], "PassAtKConfig.task='sentiment' has no held-out pass@k; the "
@@ -73,6 +100,9 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
     "problems-zero": (["--problems", "0"], "PassAtKConfig.problems must be an integer >= 1, got 0"),
     "problems-beyond-the-held-out-sums": (["--problems", "993"], "PassAtKConfig.problems must lie in [1, 992] (the "
                                           "arithmetic task holds 992 problems out), got 993"),
+    "problems-beyond-the-lab's-held-out-problems": (["--task", "lab", "--problems", "831"], "PassAtKConfig.problems "
+                                                    "must lie in [1, 830] (the lab's largest kind holds 830 problems "
+                                                    "out), got 831"),
     "seed-negative": (["--seed", "-1"], "PassAtKConfig.seed must be an integer >= 0, got -1"),
     "seed-too-large": (["--seed", str(2**32)], "PassAtKConfig.seed must lie in [0, 4294967296) (as a run's --seed), "
                        "got 4294967296"),

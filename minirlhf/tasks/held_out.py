@@ -29,6 +29,11 @@ from minirlhf.tasks.registry import MADE_IN_PYTHON, TASKS, task_options
 PASS_AT_K_TASKS = ("arithmetic", "lab")  # the shipped tasks with a held-out pass@k
 RUN_MODEL_FOLDER = "model"  # where a run writes its final model inside its out_dir (trainers.run.save_run)
 SEEDS = 2**32  # a seed lies in [0, SEEDS), as a run's --seed does
+# The most answers per problem. Memory grows with n, not with the number of problems: `pass_at_k.count_correct`
+# samples 64 prompts at a time, all n answers of each at once, so 64·n rows. Measured on the tiny lab model (CPU, at
+# the lab's longest cap, 120 tokens, no row stopping early): about 0.6 MiB per row, so n = 256 needs about 10 GiB,
+# well within a 24 GiB machine (about 3.5 GiB at the default cap of 40); a larger model needs more per row.
+MAX_SAMPLES = 256
 
 
 @dataclass(frozen=True)
@@ -43,10 +48,10 @@ class PassAtKConfig:
     # the lab's knobs, NAME=VALUE each, as the trainers take them (filler=true max_new_tokens=40 tolerance=0, as in
     # minirlhf.tasks.lab.LabConfig; mix is refused: every kind is evaluated on its own)
     task_option: list[str] | None = field(default=None, metadata={"metavar": "NAME=VALUE"})
-    samples: int = 16  # n: answers sampled per held-out problem, at temperature 1
+    samples: int = 16  # n: answers sampled per held-out problem, at temperature 1; at most 256 (memory grows with n)
     k: list[int] | None = None  # the k of each pass@k, each in 1..samples; None = 1 and the powers of 4 up to samples
     # held-out problems: arithmetic, N of the 992 drawn by the seed (None = all, in order); lab, N of each kind drawn
-    # with replacement by the seed (None = 50)
+    # with replacement by the seed (None = 50), at most 830 (the most that one kind holds out)
     problems: int | None = None
     seed: int = 0  # draws the problems (--problems) and seeds the sampler
     device: str = "auto"  # "auto" = cuda, then mps, then cpu
@@ -69,6 +74,7 @@ class PassAtKConfig:
             raise UserError(f"{name}.task_option={self.task_option!r} sets mix, which plays no part in pass@k: every "
                             "kind is evaluated on its own (pass@k/<kind>); drop it")
         check_count(f"{name}.samples", self.samples)
+        check_interval(f"{name}.samples", self.samples, 1, MAX_SAMPLES, why="the memory of sampling grows with n")
         if self.k is not None and (not isinstance(self.k, list | tuple) or not self.k):
             raise UserError(f"{name}.k must be a list of whole numbers (None: 1 and the powers of 4 up to samples), "
                             f"got {self.k!r}")
@@ -85,6 +91,10 @@ class PassAtKConfig:
                 held_out = len(arithmetic.problems("test"))
                 check_interval(f"{name}.problems", self.problems, 1, held_out,
                                why=f"the arithmetic task holds {held_out} problems out")
+            else:  # drawn with replacement: beyond the largest kind's held-out problems, every kind only repeats
+                held_out = max(len(lab.problems(kind, "test")) for kind in lab.KINDS)
+                check_interval(f"{name}.problems", self.problems, 1, held_out,
+                               why=f"the lab's largest kind holds {held_out} problems out")
         check_count(f"{name}.seed", self.seed, minimum=0)
         check_interval(f"{name}.seed", self.seed, 0, SEEDS, high_included=False, why="as a run's --seed")
         try:
@@ -124,7 +134,8 @@ def held_out_pass_at_k(model, tokenizer, config: PassAtKConfig) -> dict[str, flo
 
 def run_pass_at_k(config: PassAtKConfig) -> dict[str, float]:
     """Load `config.model`, evaluate its pass@k (`held_out_pass_at_k`), write {"config", "pass_at_k"} as JSON to
-    `config.out` when given (the config with the k it used), and return the pass@k values."""
+    `config.out` when given (the config with the k and the device it used: "cpu" for "auto" on a machine without a
+    GPU), and return the pass@k values."""
     try:
         model, tokenizer = load_model(config.model, device=config.device)
     except (OSError, ValueError) as err:  # a missing folder, a folder without a model, an unreachable hub name
@@ -133,6 +144,6 @@ def run_pass_at_k(config: PassAtKConfig) -> dict[str, float]:
     if config.out is not None:
         out = absolute(config.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        settings = dataclasses.asdict(config) | {"k": list(config.ks)}
+        settings = dataclasses.asdict(config) | {"k": list(config.ks), "device": str(resolve_device(config.device))}
         out.write_text(json.dumps({"config": settings, "pass_at_k": metrics}, indent=1) + "\n", encoding="utf-8")
     return metrics
