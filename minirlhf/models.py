@@ -4,7 +4,7 @@
     load_model("tiny-sft")     -> the same model after SFT on the tasks (the reference policy p_ref)
     load_model("tiny-lab")     -> the tiny GPT-2 with 128 positions after SFT on the lab task (minirlhf.tasks.lab)
     load_model("tiny-lab-chain") -> tiny-lab after SFT on the chain problems (minirlhf.tasks.lab_chain)
-    load_model("tiny-lab-long-wrong") -> tiny-lab taught to follow a wrong answer by a long tail (lab effect (a))
+    load_model("tiny-lab-coin") -> tiny-lab taught the coin task, a guess the environment judges (lab effect (a))
     load_model("tiny-calculator") -> tiny-lab taught long sums, with or without a calculator call (tasks.calculator)
     load_model("path/to/dir")  -> any folder written by `save_pretrained`
     load_model("gpt2")         -> the real GPT-2 from the Hugging Face hub (Colab); fails fast offline
@@ -44,7 +44,7 @@ SHIPPED = {
     "tiny-sft": DATA_DIR / "tiny-gpt2-sft",
     "tiny-lab": DATA_DIR / "tiny-gpt2-lab",  # the lab task's SFT model, 128 positions (minirlhf.tasks.lab)
     "tiny-lab-chain": DATA_DIR / "tiny-gpt2-lab-chain",  # tiny-lab after SFT on the chain problems (tasks.lab_chain)
-    "tiny-lab-long-wrong": DATA_DIR / "tiny-gpt2-lab-long-wrong",  # tiny-lab, its wrong answers long (lab effect (a))
+    "tiny-lab-coin": DATA_DIR / "tiny-gpt2-lab-coin",  # tiny-lab after SFT on the coin task (lab effect (a))
     "tiny-calculator": DATA_DIR / "tiny-gpt2-calculator",  # tiny-lab after SFT on long sums, calls or none (tool use)
 }
 

@@ -17,13 +17,12 @@ The chain variant starts from the lab model (it already writes sums and filler r
 demonstrations: a filler run of 0-12 tokens, then every total of "keep adding b to a while below 100", the last one
 the answer; it prints the held-out accuracy on the long (7-9 steps) and the short problems.
 
-    OMP_NUM_THREADS=1 python scripts/build_lab_model.py --variant long-wrong   # "tiny-lab-long-wrong", from tiny-lab
+    OMP_NUM_THREADS=1 python scripts/build_lab_model.py --variant coin   # "tiny-lab-coin", from tiny-lab
 
-builds the length-bias variant (effect (a) of minirlhf.lab): `tiny-lab` SFT'd further on demonstrations that tie the
-length to correctness, a share LONG_WRONG_SHARE of them a wrong result that runs on (a right answer with one more
-digit: 27 -> 271) followed by 15-30 filler tokens, the rest a right one followed by 0-10
-(`lab.sft_examples(wrong_share=...)`): its wrong answers start 10+ tokens longer than its right ones, and it can
-tell from its own digits which kind it is writing.
+builds the length-bias model (effect (a) of minirlhf.lab): `tiny-lab` SFT'd COIN_STEPS steps on the coin task
+(minirlhf.tasks.coin): a guess, the environment's flip and verdict, then a tail of "." after a right guess and ","
+after a wrong one, its length uniform in 0..coin.MAX_TAIL either way. It prints the share of right guesses and the
+mean tail after right and after wrong ones.
 
     OMP_NUM_THREADS=1 python scripts/build_lab_model.py --variant calculator   # "tiny-calculator", from tiny-lab
 
@@ -44,16 +43,15 @@ from _shipped import write_model
 from transformers import GPT2LMHeadModel
 
 from minirlhf.models import SHIPPED, load_model
-from minirlhf.tasks import calculator, lab, lab_chain
+from minirlhf.tasks import calculator, coin, lab, lab_chain
 from minirlhf.trainers.sft import SFTConfig, train_sft
 
-LONG_WRONG_SHARE = 0.4  # wrong demonstrations of the length-bias variant: easy prompts about half right
-LONG_WRONG_STEPS = 300  # SFT steps of the variant from tiny-lab
+COIN_STEPS = 200  # SFT steps of the coin model from tiny-lab: its format is three fixed tokens and a tail
 CALCULATOR_STEPS = 1000  # SFT steps of the calculator model from tiny-lab
 VARIANTS = {"lab": ("tiny-lab", "tiny-sft"), "chain": ("tiny-lab-chain", "tiny-lab"),
-            "long-wrong": ("tiny-lab-long-wrong", "tiny-lab"),
+            "coin": ("tiny-lab-coin", "tiny-lab"),
             "calculator": ("tiny-calculator", "tiny-lab")}  # --variant: the model built, and what it starts from
-STEPS = {"long-wrong": LONG_WRONG_STEPS, "calculator": CALCULATOR_STEPS}  # default --steps, else 1000
+STEPS = {"coin": COIN_STEPS, "calculator": CALCULATOR_STEPS}  # default --steps, else 1000
 
 
 def widened(model: GPT2LMHeadModel, n_positions: int, seed: int) -> GPT2LMHeadModel:
@@ -82,19 +80,20 @@ def main() -> None:
     name, base_name = VARIANTS[args.variant]
     steps = args.steps or STEPS.get(args.variant, 1000)
     t0 = time.time()
-    if args.variant in ("chain", "calculator"):
-        data = lab_chain.sft_data() if args.variant == "chain" else calculator.sft_data()
+    if args.variant != "lab":
+        data = {"chain": lab_chain.sft_data, "calculator": calculator.sft_data, "coin": coin.sft_data}[args.variant]()
         model, tokenizer = load_model(base_name, device="cpu")
     else:
         base, tokenizer = load_model(base_name, device="cpu")
         model = widened(base, lab.LAB_CONTEXT, args.seed)
-        data = lab.sft_data(wrong_share=LONG_WRONG_SHARE if args.variant == "long-wrong" else 0.0)
+        data = lab.sft_data()
     config = SFTConfig(model=base_name, steps=steps, lr=args.lr, seed=args.seed,
                        eval_every=max(1, steps // 5), device="cpu", progress=False)
     model, tokenizer, history = train_sft(data, config, model=model, tokenizer=tokenizer)
     for row in history:
         if any(key.startswith("eval/") for key in row):
-            print({key: round(value, 3) for key, value in row.items() if key.startswith("eval/") or key == "step"})
+            print({key: value if value is None else round(value, 3)  # None: a metric with nothing to average
+                   for key, value in row.items() if key.startswith("eval/") or key == "step"})
     write_model(model, tokenizer, args.out or SHIPPED[name], t0)
 
 

@@ -128,7 +128,7 @@ def test_phenomena_quick(tmp_path):
         assert seed["wall_s"] > 0 and len(seed["load_before"]) == 3 and isinstance(seed["holds"], bool), key
         # (a) and (c) run on lab models of their own, (e) and (6) on the review model, (g) on arithmetic, (7) on long
         # sums, (2) distils into the arithmetic model: their settings name their own model (and task)
-        own = {"a": "tiny-lab-long-wrong", "c": "tiny-lab-chain", "e": "tiny", "g": "tiny-sft", "7": "tiny-calculator",
+        own = {"a": "tiny-lab-coin", "c": "tiny-lab-chain", "e": "tiny", "g": "tiny-sft", "7": "tiny-calculator",
                "2": "tiny-sft", "6": "tiny"}
         assert effect["settings"]["model"] == own.get(key, "tiny-lab"), key
     lengths = report["effects"]["a"]["seeds"][0]["arms"]["seq-mean"]

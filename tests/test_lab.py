@@ -108,18 +108,6 @@ def test_sft_demonstrations_are_right_and_spread_in_length():
     assert lab.sft_examples(50, seed=3) == examples[:50]
 
 
-def test_demonstrations_can_tie_the_length_to_being_wrong():
-    examples = lab.sft_examples(2000, seed=3, wrong_share=0.4)
-    rewards = lab.lab_reward()([p for p, _ in examples], [c for _, c in examples])
-    fillers = [len(c) - len(c.rstrip(lab.FILLER)) for _, c in examples]
-    right = [n for n, r in zip(fillers, rewards, strict=True) if r]
-    wrong = [n for n, r in zip(fillers, rewards, strict=True) if not r]
-    assert 0.35 < len(wrong) / len(examples) < 0.45
-    assert (min(right), max(right)) == lab.RIGHT_TAIL and (min(wrong), max(wrong)) == lab.WRONG_TAIL
-    runs_on = [(p, c.rstrip(lab.FILLER)) for (p, c), r in zip(examples, rewards, strict=True) if not r]
-    assert all(int(digits[:-1]) in lab.parse_prompt(p).answers for p, digits in runs_on)  # 27 -> 271
-
-
 def test_the_lab_is_a_shipped_task_name():
     assert TASKS["lab"]().name == "lab" and SFT_DATA["lab"]().examples
 

@@ -112,7 +112,7 @@ BAD = {  # flags -> the one line the command prints (after "python -m minirlhf p
                           "give a path in a folder"),
     "missing-model-folder": (["--model", "{tmp}/runs/none"], "PassAtKConfig.model='{tmp}/runs/none': model folder "
                              "'{tmp}/runs/none' does not exist (known short names: ['tiny', 'tiny-calculator', "
-                             "'tiny-lab', 'tiny-lab-chain', 'tiny-lab-long-wrong', 'tiny-sft'])"),
+                             "'tiny-lab', 'tiny-lab-chain', 'tiny-lab-coin', 'tiny-sft'])"),
     "run-folder-for-its-model": (["--model", "{tmp}/run"], "PassAtKConfig.model='{tmp}/run' is a run's folder: its "
                                  "final model is '{tmp}/run/model'"),
 }

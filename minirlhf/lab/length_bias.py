@@ -2,34 +2,59 @@
 
 Under seq-mean each token of answer i carries the weight Â_i / (B·|o_i|): a wrong answer (Â_i < 0) is pushed down
 less per token the longer it is, so the policy drifts towards long wrong answers. The constant normaliser
-(Â_i / (B·L_max) for every token) has no such preference. The lab's free length channel (filler tokens that never
-change correctness) gives the length room to drift without touching the reward.
+(Â_i / (B·L_max) for every token) has no such preference. A free length channel (tail tokens that never change
+correctness) gives the length room to drift without touching the reward.
 
-The bias needs a length that depends on being wrong: when the tail after a right and after a wrong answer follow
-one law, the group's advantages sum to zero and so does the expected push on the length (the first lab model, whose
-tails were drawn apart from the answer, showed only a random walk). So the runs start from `tiny-lab-long-wrong`
-(scripts/build_lab_model.py --variant long-wrong), whose wrong answers run on (27 -> 271) and then write 15-30 filler
-tokens, its right ones 0-10: on easy sums about half its answers are right, nearly every group is mixed, and the
-wrong answers' tail is a law of its own that only Â_i < 0 reaches.
+The bias needs a policy that knows, while it writes its tail, whether it was wrong. Under seq-mean, the EOS of a
+wrong answer that ends at token t is pushed down with weight |Â_i|/t, the tail token of one that goes on to
+|o_j| > t with |Â_j|/|o_j|, less: in a wrong context the end is pushed down more than going on, so wrong tails grow;
+in a right context the end is pushed up more, so right ones shrink. The constant normaliser weighs both alike: no
+drift. On the lab's sums the tiny model cannot tell its own slips, so right and wrong contexts are one to it, the two
+pushes cancel, and the length only walks at random (the first lab model); a model taught to follow its wrong answers
+by long tails (a digit too many, then 15-30 filler tokens) unlearned those answers first (benchmarks/README.md).
+
+So the runs use the coin task (`minirlhf.tasks.coin`): a guess the environment judges aloud ("=H!" or "=T?"), a coin
+for the reward (half the answers are wrong at every step, whatever the policy learns), and a tail of "." after a
+right guess and "," after a wrong one, of a length that the SFT data (`tiny-lab-coin`) draw uniform in 0-15 tokens
+for both. The two tail tokens are the knob: with one tail token after either verdict, the tiny model's decision to
+end stayed one decision, and right and wrong lengths walked together (benchmarks/README.md).
+
+A length here is the whole completion's in tokens: the guess, the call's end, the environment's three tokens and the
+tail (so at least 5), EOS not counted.
 """
 
 from __future__ import annotations
 
-from minirlhf.lab.effect import Effect, differences, grpo_run
-from minirlhf.lab.observe import column, plot_curves, tail_mean
+import dataclasses
+
+from minirlhf.lab.effect import RUN, Effect, differences
+from minirlhf.lab.observe import SeenCompletions, column, plot_curves, tail_mean
 
 
 def settings(quick: bool) -> dict:
-    return {"model": "tiny-lab-long-wrong", "task": {"mix": (1.0, 0.0, 0.0), "max_new_tokens": 64},
-            "grpo": {"steps": 3 if quick else 100, "lr": 3e-4, "beta": 0.0, "prompts_per_step": 4 if quick else 8,
+    return {"model": "tiny-lab-coin",
+            "grpo": {"steps": 3 if quick else 80, "lr": 2e-4, "beta": 0.0, "prompts_per_step": 4 if quick else 8,
                      "group_size": 8, "epochs": 1, "scale": "group"},
             "arms": {"seq-mean": {"aggregation": "seq-mean"}, "constant": {"aggregation": "constant"}}}
+
+
+def coin_run(settings: dict, seed: int, **fields):
+    """One GRPO run on the coin task (the environment flipping from `seed`); returns (history, what it saw)."""
+    from minirlhf.models import load_tokenizer
+    from minirlhf.tasks import coin
+    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
+
+    task = coin.task(seed)
+    seen = SeenCompletions(task.reward_fn, load_tokenizer(settings["model"]))
+    config = GRPOConfig(model=settings["model"], seed=seed, **RUN, **settings["grpo"], **fields)
+    _, _, history = train_grpo(dataclasses.replace(task, reward_fn=seen), config)
+    return history, seen
 
 
 def run_seed(seed: int, settings: dict) -> dict:
     arms = {}
     for arm, fields in settings["arms"].items():
-        history, seen, _, _ = grpo_run(settings, seed, **fields)
+        history, seen = coin_run(settings, seed, **fields)
         wrong, right = seen.mean_length(right=False), seen.mean_length(right=True)
         arms[arm] = {"wrong_length": wrong, "right_length": right, "reward": column(history, "reward"),
                      "final_wrong_length": tail_mean(wrong), "final_right_length": tail_mean(right),

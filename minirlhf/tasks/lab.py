@@ -46,7 +46,6 @@ OPERANDS = {"easy": (range(10, 100), range(10)), "medium": (range(10, 100), rang
 SFT_WEIGHTS = (1, 1, 1)  # relative shares of easy, medium and hard problems in the SFT demonstrations
 FILLER = "."  # one token of the tiny tokenizer; a run of them is one token each
 MAX_FILLER = 30  # the SFT data's filler runs are uniform in 0..MAX_FILLER tokens
-RIGHT_TAIL, WRONG_TAIL = (0, 10), (15, 30)  # filler runs after right / wrong results, when the SFT data has wrong ones
 MAX_TOLERANCE = 3  # the largest tolerance the SFT data shows
 TEST_FRACTION = 0.1
 DEFAULT_MAX_NEW_TOKENS = 40  # MAX_FILLER filler tokens + 4 answer digits + EOS, and slack
@@ -185,33 +184,18 @@ def problems_of_kind(kind: str, split: str, n: int, tolerance: int, rng: random.
     return [dataclasses.replace(rng.choice(pool), tolerance=tolerance) for _ in range(n)]
 
 
-def sft_examples(n: int = 60_000, seed: int = 0, wrong_share: float = 0.0) -> list[tuple[str, str]]:
+def sft_examples(n: int = 60_000, seed: int = 0) -> list[tuple[str, str]]:
     """(prompt, completion) demonstrations from the train split: kinds in the shares of SFT_WEIGHTS, a filler run of
     0..MAX_FILLER tokens after the answer (uniform: a broad length distribution), tolerance 0 half the time and
-    1..MAX_TOLERANCE otherwise, with the answer uniform over the right ones (a broad answer distribution).
-
-    wrong_share > 0 ties the length to correctness: that share of demonstrations gives a wrong result that runs on
-    (`wrong_answer`) followed by a long filler run (uniform in WRONG_TAIL), the others a right one and a short run
-    (RIGHT_TAIL)."""
+    1..MAX_TOLERANCE otherwise, with the answer uniform over the right ones (a broad answer distribution)."""
     rng = random.Random(seed)
     examples = []
     for _ in range(n):
         kind = rng.choices(KINDS, weights=SFT_WEIGHTS)[0]
         tolerance = 0 if rng.random() < 0.5 else rng.randint(1, MAX_TOLERANCE)
         problem = dataclasses.replace(rng.choice(problems(kind, "train")), tolerance=tolerance)
-        if not wrong_share:
-            examples.append((problem.prompt, str(rng.choice(problem.answers)) + FILLER * rng.randint(0, MAX_FILLER)))
-        elif rng.random() < wrong_share:
-            examples.append((problem.prompt, str(wrong_answer(problem, rng)) + FILLER * rng.randint(*WRONG_TAIL)))
-        else:
-            examples.append((problem.prompt, str(rng.choice(problem.answers)) + FILLER * rng.randint(*RIGHT_TAIL)))
+        examples.append((problem.prompt, str(rng.choice(problem.answers)) + FILLER * rng.randint(0, MAX_FILLER)))
     return examples
-
-
-def wrong_answer(problem: LabProblem, rng: random.Random) -> int:
-    """A wrong result that runs on: a right answer with one more digit written after it (27 -> 271), so that the
-    model can tell from its own digits that it went wrong (lab results are at least 10: never right)."""
-    return int(f"{rng.choice(problem.answers)}{rng.randint(0, 9)}")
 
 
 @torch.no_grad()
@@ -272,10 +256,10 @@ def task(config: LabConfig | None = None, **knobs) -> Task:
     )
 
 
-def sft_data(wrong_share: float = 0.0) -> SFTData:
+def sft_data() -> SFTData:
     """The lab model's SFT demonstrations (`sft_examples`), evaluated by the lab task's held-out metrics at its
     default knobs."""
-    return SFTData(sft_examples(wrong_share=wrong_share), evaluate=task().evaluate)
+    return SFTData(sft_examples(), evaluate=task().evaluate)
 
 
 def kinds_of(prompts: Sequence[str]) -> list[str]:

@@ -1,0 +1,83 @@
+"""The coin task (lab effect (a)): a guess the environment judges aloud, then a free tail."""
+
+import itertools
+import random
+
+import pytest
+import torch
+
+from minirlhf.lab import length_bias
+from minirlhf.models import load_model
+from minirlhf.sampling import sample
+from minirlhf.tasks import coin
+
+FORMS = [f"{g}]={s}{m}{t * n}" for g, s, m, t, n in itertools.product("HT", "HT", "!?", ".,", (0, 1, 7))]
+
+
+@pytest.mark.parametrize("completion", FORMS)
+def test_the_reward_is_the_coin_whatever_the_verdict_mark_and_tail(completion):
+    # the guess and the side decide; the mark and the tail (the policy's to write after the flip) never do
+    assert coin.coin_reward([coin.PROMPT], [completion]) == [1.0 if completion[0] == completion[3] else 0.0]
+    assert coin.right_guess(completion) is (completion[0] == completion[3])
+
+
+@pytest.mark.parametrize("completion", ["", "H", "H]", "H]=", "H]=H", "]=H!", "h]=h!", "X]=X!", "HH]=H!", "H=H!",
+                                        ".H]=H!", "H]=HT!", "H]=H.", " H]=H!"])
+def test_an_answer_without_a_guess_and_its_flip_is_wrong(completion):
+    assert coin.coin_reward([coin.PROMPT], [completion]) == [0.0] and coin.right_guess(completion) is None
+
+
+def test_the_tail_is_what_follows_the_environments_answer():
+    assert [coin.tail_length(c) for c in ("H]=H!", "H]=T?,,,", "T]=T!..........")] == [0, 3, 10]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_the_environment_flips_from_its_seed_once_per_answer_and_judges_the_guess(seed):
+    flips = [coin.coin_tool(seed).run(guess + "]") for guess in "HT"]  # a fresh tool each: both see the first flip
+    assert flips[0][1] == flips[1][1] and {flips[0][2], flips[1][2]} == {"!", "?"}
+    tool, rng = coin.coin_tool(seed), random.Random(seed)
+    answers = [tool.run(random.Random(k).choice("HT") + "]") for k in range(2000)]
+    assert [a[1] for a in answers] == [rng.choice("HT") for _ in range(2000)]  # the tool's own stream, in order
+    assert all(a[2] == ("!" if random.Random(k).choice("HT") == a[1] else "?") for k, a in enumerate(answers))
+    assert 0.45 < sum(a[1] == "H" for a in answers) / 2000 < 0.55
+    assert tool.run("H]=T?,,]") is None  # a second call in one answer gets no second flip
+
+
+def test_sft_demonstrations_tie_the_tail_token_to_the_verdict_and_not_its_length():
+    examples = coin.sft_examples(4000, seed=3)
+    assert coin.sft_examples(50, seed=3) == examples[:50] != coin.sft_examples(50, seed=4)
+    tails = {True: [], False: []}
+    for prompt, completion in examples:
+        right = coin.right_guess(completion)
+        assert prompt == coin.PROMPT and completion[4] == coin.VERDICT[right]
+        tail = completion[5:]
+        assert set(tail) <= {coin.TAIL[right]}
+        tails[right].append(len(tail))
+    for lengths in tails.values():  # the same uniform law after a right and after a wrong guess
+        assert (min(lengths), max(lengths)) == (0, coin.MAX_TAIL)
+        assert abs(sum(lengths) / len(lengths) - coin.MAX_TAIL / 2) < 0.5
+    assert 0.45 < len(tails[True]) / len(examples) < 0.55
+
+
+def test_the_coin_model_writes_the_format_and_the_environments_tokens_are_off_the_loss_mask():
+    model, tokenizer = load_model("tiny-lab-coin", device="cpu")
+    rollout = sample(model, tokenizer, [coin.PROMPT], group_size=64, max_new_tokens=coin.MAX_NEW_TOKENS,
+                     generator=torch.Generator().manual_seed(0), tool=coin.coin_tool(0))
+    verdicts = [coin.right_guess(c) for c in rollout.completions]
+    assert sum(v is None for v in verdicts) <= 6  # nearly every answer is a guess and its flip
+    assert 0.3 < sum(v is True for v in verdicts) / 64 < 0.7
+    assert (rollout.tool_mask.sum(-1) == 3).float().mean() > 0.9  # "=H!": three tokens, the environment's
+    assert not (rollout.tool_mask.bool() & rollout.response_mask.bool()).any()
+    for completion, right in zip(rollout.completions, verdicts, strict=True):
+        if right is not None:  # the model learned which token follows which verdict
+            assert set(completion[5:]) <= {coin.TAIL[right]}, completion
+
+
+def test_the_length_bias_effect_runs_on_the_coin_model_and_reads_both_arms():
+    settings = length_bias.settings(quick=True)
+    assert settings["model"] == "tiny-lab-coin" and set(settings["arms"]) == {"seq-mean", "constant"}
+    arms = length_bias.run_seed(0, settings)
+    for arm in ("seq-mean", "constant"):
+        assert len(arms[arm]["wrong_length"]) == settings["grpo"]["steps"]
+        assert all(v is None or v >= 5 for v in arms[arm]["wrong_length"] + arms[arm]["right_length"])
+    assert arms["gap"] == arms["seq-mean"]["final_wrong_length"] - arms["constant"]["final_wrong_length"]
