@@ -81,3 +81,10 @@ def test_the_length_bias_effect_runs_on_the_coin_model_and_reads_both_arms():
         assert len(arms[arm]["wrong_length"]) == settings["grpo"]["steps"]
         assert all(v is None or v >= 5 for v in arms[arm]["wrong_length"] + arms[arm]["right_length"])
     assert arms["gap"] == arms["seq-mean"]["final_wrong_length"] - arms["constant"]["final_wrong_length"]
+
+
+@pytest.mark.parametrize("response", ["HH]", "Th]", "H.]", "]", " H]", "h]", "=H]", "H=]", "H]=H!.]", "H]=T?,,]"])
+def test_the_environment_answers_a_guess_alone_and_refuses_every_other_call(response):
+    # a flip after "HH]" would show "!" on an answer whose reward is 0; a refused call shows no verdict at all
+    assert all(coin.coin_tool(seed).run(response) is None for seed in range(8))
+

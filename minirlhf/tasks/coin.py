@@ -38,19 +38,23 @@ MAX_TAIL = 15  # SFT tails are uniform in 0..MAX_TAIL tokens, whatever the verdi
 MAX_NEW_TOKENS = 40  # guess, call end, the environment's 3 tokens, then up to 35 tokens of tail
 EVAL_ANSWERS = 200  # answers of the held-out evaluation (there is one prompt)
 
+_CALL = re.compile(rf"([{SIDES}])\{CALL_END}")  # the one call the environment answers: a guess alone
 _ANSWER = re.compile(rf"^([{SIDES}])\{CALL_END}{RESULT}([{SIDES}])([!?])")
 
 
 def coin_tool(seed: int) -> Tool:
-    """The environment: each call that closes a guess ("H]") is answered by a fresh flip of `random.Random(seed)`
-    and its verdict ("=H!" or "=T?"); an answer gets one flip (a second call is not answered)."""
+    """The environment: a call that closes a guess alone ("H]", the answer's first two tokens) is answered by a fresh
+    flip of `random.Random(seed)` and its verdict ("=H!" or "=T?"). Every other call is refused: one without a guess
+    or with more ("HH]", "Th]"), and a second one, so an answer gets at most one flip, and every verdict shown is the
+    one `right_guess` reads."""
     rng = random.Random(seed)
 
     def flip(response: str) -> str | None:
-        if RESULT in response:  # this answer already has its flip
+        guess = _CALL.fullmatch(response)
+        if guess is None:  # not a guess alone: no flip, and the answer scores 0
             return None
         side = rng.choice(SIDES)
-        return f"{RESULT}{side}{VERDICT[response[:1] == side]}"
+        return f"{RESULT}{side}{VERDICT[guess.group(1) == side]}"
 
     return Tool(call_end=CALL_END, run=flip)
 
