@@ -88,3 +88,16 @@ def test_the_environment_answers_a_guess_alone_and_refuses_every_other_call(resp
     # a flip after "HH]" would show "!" on an answer whose reward is 0; a refused call shows no verdict at all
     assert all(coin.coin_tool(seed).run(response) is None for seed in range(8))
 
+
+@pytest.mark.parametrize("seed", [None, -1, 1.5, "0", True])
+def test_a_seed_that_is_not_an_int_of_at_least_0_is_refused_before_any_flip(seed):
+    with pytest.raises(ValueError, match=f"seed must be an integer >= 0 .*got {seed!r}"):
+        coin.task(seed=seed)
+    with pytest.raises(ValueError, match="seed must be"):
+        coin.coin_metrics(None, None, seed=seed)
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.0])
+def test_an_evaluation_of_no_answers_is_refused_naming_n(n):
+    with pytest.raises(ValueError, match=rf"n must be an integer >= 1, got {n!r}"):
+        coin.coin_metrics(None, None, n=n)

@@ -25,6 +25,7 @@ import re
 
 import torch
 
+from minirlhf.checks import check_count
 from minirlhf.data import SFTData
 from minirlhf.sampling import Tool, sample
 from minirlhf.tasks import Task
@@ -42,11 +43,18 @@ _CALL = re.compile(rf"([{SIDES}])\{CALL_END}")  # the one call the environment a
 _ANSWER = re.compile(rf"^([{SIDES}])\{CALL_END}{RESULT}([{SIDES}])([!?])")
 
 
+def _check_seed(seed: int) -> None:
+    """The environment's seed is an int >= 0: random.Random would also take None (a seed from the clock: no run
+    could be repeated), a string or a float, and a negative int draws its absolute value's flips."""
+    check_count("seed", seed, minimum=0, why="the environment's coin flips from random.Random(seed)")
+
+
 def coin_tool(seed: int) -> Tool:
     """The environment: a call that closes a guess alone ("H]", the answer's first two tokens) is answered by a fresh
     flip of `random.Random(seed)` and its verdict ("=H!" or "=T?"). Every other call is refused: one without a guess
     or with more ("HH]", "Th]"), and a second one, so an answer gets at most one flip, and every verdict shown is the
     one `right_guess` reads."""
+    _check_seed(seed)
     rng = random.Random(seed)
 
     def flip(response: str) -> str | None:
@@ -94,6 +102,8 @@ def sft_examples(n: int = 20_000, seed: int = 0) -> list[tuple[str, str]]:
 def coin_metrics(model, tokenizer, n: int = EVAL_ANSWERS, seed: int = 0) -> dict[str, float]:
     """`n` answers at temperature 1, flips from `coin_tool(seed)`: the share right (about 0.5 for any policy that
     guesses), and the mean tail length after right and after wrong guesses (nan when there was none)."""
+    check_count("n", n)
+    _check_seed(seed)
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     rollout = sample(model, tokenizer, [PROMPT], group_size=n, max_new_tokens=MAX_NEW_TOKENS, generator=generator,
                      tool=coin_tool(seed))
