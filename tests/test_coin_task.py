@@ -1,5 +1,6 @@
 """The coin task (lab effect (a)): a guess the environment judges aloud, then a free tail."""
 
+import dataclasses
 import itertools
 import random
 
@@ -10,6 +11,7 @@ from minirlhf.lab import length_bias
 from minirlhf.models import load_model
 from minirlhf.sampling import sample
 from minirlhf.tasks import coin
+from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 
 FORMS = [f"{g}]={s}{m}{t * n}" for g, s, m, t, n in itertools.product("HT", "HT", "!?", ".,", (0, 1, 7))]
 
@@ -101,3 +103,19 @@ def test_a_seed_that_is_not_an_int_of_at_least_0_is_refused_before_any_flip(seed
 def test_an_evaluation_of_no_answers_is_refused_naming_n(n):
     with pytest.raises(ValueError, match=rf"n must be an integer >= 1, got {n!r}"):
         coin.coin_metrics(None, None, n=n)
+
+
+def test_the_kl_evaluation_flips_its_own_coins_and_leaves_trainings_flips_alone():
+    # eval/kl_ref samples with the task's tool; drawing from the training tool's stream changed every training flip
+    seen = {}
+    for eval_kl in (False, True):
+        task, seen[eval_kl] = coin.task(0), []
+
+        def reward(prompts, completions, log=seen[eval_kl], **columns):
+            log.append(list(completions))
+            return coin.coin_reward(prompts, completions)
+
+        config = GRPOConfig(model="tiny-lab-coin", seed=0, steps=2, prompts_per_step=1, group_size=8, eval_every=1,
+                            eval_kl=eval_kl, progress=False, device="cpu")
+        train_grpo(dataclasses.replace(task, reward_fn=reward, evaluate=None), config)
+    assert len(seen[True]) == 2 and seen[True] == seen[False]
