@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minirlhf.lab import length_bias
-from minirlhf.models import load_model
+from minirlhf.models import load_model, load_tokenizer
 from minirlhf.sampling import sample
 from minirlhf.tasks import coin
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
@@ -119,3 +119,10 @@ def test_the_kl_evaluation_flips_its_own_coins_and_leaves_trainings_flips_alone(
                             eval_kl=eval_kl, progress=False, device="cpu")
         train_grpo(dataclasses.replace(task, reward_fn=reward, evaluate=None), config)
     assert len(seen[True]) == 2 and seen[True] == seen[False]
+
+
+def test_a_length_read_from_the_text_is_the_count_of_sampled_tokens():
+    # SeenCompletions re-tokenises each completion: every character of the format must be one token of its own
+    tokenizer = load_tokenizer("tiny-lab-coin")
+    for completion in FORMS:
+        assert len(tokenizer(completion, add_special_tokens=False)["input_ids"]) == len(completion), completion
