@@ -126,3 +126,16 @@ def test_a_length_read_from_the_text_is_the_count_of_sampled_tokens():
     tokenizer = load_tokenizer("tiny-lab-coin")
     for completion in FORMS:
         assert len(tokenizer(completion, add_special_tokens=False)["input_ids"]) == len(completion), completion
+
+
+def test_the_evaluation_repeats_from_its_seed_and_reads_its_own_answers():
+    model, tokenizer = load_model("tiny-lab-coin", device="cpu")
+    metrics = coin.coin_metrics(model, tokenizer, n=64, seed=3)
+    assert coin.coin_metrics(model, tokenizer, n=64, seed=3) == metrics != coin.coin_metrics(model, tokenizer, n=64)
+    rollout = sample(model, tokenizer, [coin.PROMPT], group_size=64, max_new_tokens=coin.MAX_NEW_TOKENS,
+                     generator=torch.Generator().manual_seed(3), tool=coin.coin_tool(3))
+    verdicts = [coin.right_guess(c) for c in rollout.completions]
+    assert metrics["accuracy"] == sum(v is True for v in verdicts) / 64
+    for name, right in (("right", True), ("wrong", False)):
+        tails = [coin.tail_length(c) for c, v in zip(rollout.completions, verdicts, strict=True) if v is right]
+        assert metrics[f"tail/{name}"] == pytest.approx(sum(tails) / len(tails))
