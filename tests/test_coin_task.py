@@ -95,14 +95,16 @@ def test_the_environment_answers_a_guess_alone_and_refuses_every_other_call(resp
 def test_a_seed_that_is_not_an_int_of_at_least_0_is_refused_before_any_flip(seed):
     with pytest.raises(ValueError, match=f"seed must be an integer >= 0 .*got {seed!r}"):
         coin.task(seed=seed)
-    with pytest.raises(ValueError, match="seed must be"):
-        coin.coin_metrics(None, None, seed=seed)
+    for refused in (lambda: coin.coin_metrics(None, None, seed=seed), lambda: coin.sft_examples(10, seed=seed)):
+        with pytest.raises(ValueError, match="seed must be"):
+            refused()
 
 
 @pytest.mark.parametrize("n", [0, -3, 2.0])
-def test_an_evaluation_of_no_answers_is_refused_naming_n(n):
-    with pytest.raises(ValueError, match=rf"n must be an integer >= 1, got {n!r}"):
-        coin.coin_metrics(None, None, n=n)
+def test_an_evaluation_or_sft_set_of_no_answers_is_refused_naming_n(n):
+    for refused in (lambda: coin.coin_metrics(None, None, n=n), lambda: coin.sft_examples(n)):
+        with pytest.raises(ValueError, match=rf"n must be an integer >= 1, got {n!r}"):
+            refused()
 
 
 def test_the_kl_evaluation_flips_its_own_coins_and_leaves_trainings_flips_alone():

@@ -90,6 +90,8 @@ def tail_length(completion: str) -> int:
 def sft_examples(n: int = 20_000, seed: int = 0) -> list[tuple[str, str]]:
     """(prompt, completion) demonstrations: a uniform guess and flip, the verdict, then a tail of the verdict's
     token whose length is uniform in 0..MAX_TAIL for right and wrong alike."""
+    check_count("n", n)
+    _check_seed(seed)
     rng = random.Random(seed)
     examples = []
     for _ in range(n):
