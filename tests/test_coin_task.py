@@ -85,9 +85,16 @@ def test_the_length_bias_effect_runs_on_the_coin_model_and_reads_both_arms():
     assert arms["gap"] == arms["seq-mean"]["final_wrong_length"] - arms["constant"]["final_wrong_length"]
 
 
-@pytest.mark.parametrize("response", ["HH]", "Th]", "H.]", "]", " H]", "h]", "=H]", "H=]", "H]=H!.]", "H]=T?,,]"])
-def test_the_environment_answers_a_guess_alone_and_refuses_every_other_call(response):
-    # a flip after "HH]" would show "!" on an answer whose reward is 0; a refused call shows no verdict at all
+@pytest.mark.parametrize("response", ["HH]", "Th]", "TH]", "H.]", "]", " H]", "h]"])
+def test_a_first_call_without_a_guess_alone_is_flipped_and_judged_wrong(response):
+    # judged by its first character, "HH]" got "=H!" on an answer whose reward is 0
+    answers = [coin.coin_tool(seed).run(response) for seed in range(8)]
+    assert {a[:2] for a in answers} == {"=H", "=T"} and {a[2] for a in answers} == {"?"}
+    assert all(coin.coin_reward([coin.PROMPT], [response + a]) == [0.0] for a in answers)
+
+
+@pytest.mark.parametrize("response", ["=H]", "H=]", "H]=H!.]", "H]=T?,,]"])
+def test_a_call_after_the_flip_or_after_the_policys_own_mark_is_refused(response):
     assert all(coin.coin_tool(seed).run(response) is None for seed in range(8))
 
 

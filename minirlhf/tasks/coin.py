@@ -40,7 +40,7 @@ MAX_TAIL = 15  # SFT tails are uniform in 0..MAX_TAIL tokens, whatever the verdi
 MAX_NEW_TOKENS = 40  # guess, call end, the environment's 3 tokens, then up to 35 tokens of tail
 EVAL_ANSWERS = 200  # answers of the held-out evaluation (there is one prompt)
 
-_CALL = re.compile(rf"([{SIDES}])\{CALL_END}")  # the one call the environment answers: a guess alone
+_CALL = re.compile(rf"([{SIDES}])\{CALL_END}")  # a guess alone, then the call's end: the one call judged right
 _ANSWER = re.compile(rf"^([{SIDES}])\{CALL_END}{RESULT}([{SIDES}])([!?])")
 
 
@@ -51,19 +51,19 @@ def _check_seed(seed: int) -> None:
 
 
 def coin_tool(seed: int) -> Tool:
-    """The environment: a call that closes a guess alone ("H]", the answer's first two tokens) is answered by a fresh
-    flip of `random.Random(seed)` and its verdict ("=H!" or "=T?"). Every other call is refused: one without a guess
-    or with more ("HH]", "Th]"), and a second one, so an answer gets at most one flip, and every verdict shown is the
-    one `right_guess` reads."""
+    """The environment: the answer's first call is answered by a fresh flip of `random.Random(seed)` and its verdict,
+    "!" only for a guess alone ("H]") that the side matches, else "?" ("=H?" after "T]", and after a call without a
+    guess or with more, "HH]", "Th]", which scores 0): every verdict shown is the reward. A call after the flip, or
+    after an "=" of the policy's own, is refused, so an answer gets at most one flip."""
     _check_seed(seed)
     rng = random.Random(seed)
 
     def flip(response: str) -> str | None:
-        guess = _CALL.fullmatch(response)
-        if guess is None:  # not a guess alone: no flip, and the answer scores 0
+        if RESULT in response:  # this answer already has its flip, or wrote the environment's mark itself
             return None
         side = rng.choice(SIDES)
-        return f"{RESULT}{side}{VERDICT[guess.group(1) == side]}"
+        guess = _CALL.fullmatch(response)  # None: not a guess alone, judged wrong
+        return f"{RESULT}{side}{VERDICT[guess is not None and guess.group(1) == side]}"
 
     return Tool(call_end=CALL_END, run=flip, reseeded=coin_tool)
 
