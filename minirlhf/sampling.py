@@ -67,10 +67,13 @@ class Rollout:
 class Tool:
     """An environment the policy may call in the middle of its answer. Sampling `call_end` (one token) closes a call:
     `run` reads the row's response so far (tool results included) and returns the text to append, or None for
-    nothing (a call it refuses)."""
+    nothing (a call it refuses). A tool with randomness of its own (a coin it flips) gives `reseeded`, so that an
+    evaluation can sample on a stream of its own and leave training's draws untouched."""
 
     call_end: str  # the one token that closes a call
     run: Callable[[str], str | None]  # response so far -> the environment's text
+    # seed -> the same environment drawing from that seed; None = `run` is a function of the response alone
+    reseeded: Callable[[int], Tool] | None = None
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """The coin task (lab effect (a)): a guess the environment judges aloud, then a free tail."""
 
+import dataclasses
 import itertools
 import random
 
@@ -7,9 +8,10 @@ import pytest
 import torch
 
 from minirlhf.lab import length_bias
-from minirlhf.models import load_model
+from minirlhf.models import load_model, load_tokenizer
 from minirlhf.sampling import sample
 from minirlhf.tasks import coin
+from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 
 FORMS = [f"{g}]={s}{m}{t * n}" for g, s, m, t, n in itertools.product("HT", "HT", "!?", ".,", (0, 1, 7))]
 
@@ -81,3 +83,68 @@ def test_the_length_bias_effect_runs_on_the_coin_model_and_reads_both_arms():
         assert len(arms[arm]["wrong_length"]) == settings["grpo"]["steps"]
         assert all(v is None or v >= 5 for v in arms[arm]["wrong_length"] + arms[arm]["right_length"])
     assert arms["gap"] == arms["seq-mean"]["final_wrong_length"] - arms["constant"]["final_wrong_length"]
+
+
+@pytest.mark.parametrize("response", ["HH]", "Th]", "TH]", "H.]", "]", " H]", "h]"])
+def test_a_first_call_without_a_guess_alone_is_flipped_and_judged_wrong(response):
+    # judged by its first character, "HH]" got "=H!" on an answer whose reward is 0
+    answers = [coin.coin_tool(seed).run(response) for seed in range(8)]
+    assert {a[:2] for a in answers} == {"=H", "=T"} and {a[2] for a in answers} == {"?"}
+    assert all(coin.coin_reward([coin.PROMPT], [response + a]) == [0.0] for a in answers)
+
+
+@pytest.mark.parametrize("response", ["=H]", "H=]", "H]=H!.]", "H]=T?,,]"])
+def test_a_call_after_the_flip_or_after_the_policys_own_mark_is_refused(response):
+    assert all(coin.coin_tool(seed).run(response) is None for seed in range(8))
+
+
+@pytest.mark.parametrize("seed", [None, -1, 1.5, "0", True])
+def test_a_seed_that_is_not_an_int_of_at_least_0_is_refused_before_any_flip(seed):
+    with pytest.raises(ValueError, match=f"seed must be an integer >= 0 .*got {seed!r}"):
+        coin.task(seed=seed)
+    for refused in (lambda: coin.coin_metrics(None, None, seed=seed), lambda: coin.sft_examples(10, seed=seed)):
+        with pytest.raises(ValueError, match="seed must be"):
+            refused()
+
+
+@pytest.mark.parametrize("n", [0, -3, 2.0])
+def test_an_evaluation_or_sft_set_of_no_answers_is_refused_naming_n(n):
+    for refused in (lambda: coin.coin_metrics(None, None, n=n), lambda: coin.sft_examples(n)):
+        with pytest.raises(ValueError, match=rf"n must be an integer >= 1, got {n!r}"):
+            refused()
+
+
+def test_the_kl_evaluation_flips_its_own_coins_and_leaves_trainings_flips_alone():
+    # eval/kl_ref samples with the task's tool; drawing from the training tool's stream changed every training flip
+    seen = {}
+    for eval_kl in (False, True):
+        task, seen[eval_kl] = coin.task(0), []
+
+        def reward(prompts, completions, log=seen[eval_kl], **columns):
+            log.append(list(completions))
+            return coin.coin_reward(prompts, completions)
+
+        config = GRPOConfig(model="tiny-lab-coin", seed=0, steps=2, prompts_per_step=1, group_size=8, eval_every=1,
+                            eval_kl=eval_kl, progress=False, device="cpu")
+        train_grpo(dataclasses.replace(task, reward_fn=reward, evaluate=None), config)
+    assert len(seen[True]) == 2 and seen[True] == seen[False]
+
+
+def test_a_length_read_from_the_text_is_the_count_of_sampled_tokens():
+    # SeenCompletions re-tokenises each completion: every character of the format must be one token of its own
+    tokenizer = load_tokenizer("tiny-lab-coin")
+    for completion in FORMS:
+        assert len(tokenizer(completion, add_special_tokens=False)["input_ids"]) == len(completion), completion
+
+
+def test_the_evaluation_repeats_from_its_seed_and_reads_its_own_answers():
+    model, tokenizer = load_model("tiny-lab-coin", device="cpu")
+    metrics = coin.coin_metrics(model, tokenizer, n=64, seed=3)
+    assert coin.coin_metrics(model, tokenizer, n=64, seed=3) == metrics != coin.coin_metrics(model, tokenizer, n=64)
+    rollout = sample(model, tokenizer, [coin.PROMPT], group_size=64, max_new_tokens=coin.MAX_NEW_TOKENS,
+                     generator=torch.Generator().manual_seed(3), tool=coin.coin_tool(3))
+    verdicts = [coin.right_guess(c) for c in rollout.completions]
+    assert metrics["accuracy"] == sum(v is True for v in verdicts) / 64
+    for name, right in (("right", True), ("wrong", False)):
+        tails = [coin.tail_length(c) for c, v in zip(rollout.completions, verdicts, strict=True) if v is right]
+        assert metrics[f"tail/{name}"] == pytest.approx(sum(tails) / len(tails))

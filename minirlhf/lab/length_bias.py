@@ -19,8 +19,11 @@ right guess and "," after a wrong one, of a length that the SFT data (`tiny-lab-
 for both. The two tail tokens are the knob: with one tail token after either verdict, the tiny model's decision to
 end stayed one decision, and right and wrong lengths walked together (benchmarks/README.md).
 
-A length here is the whole completion's in tokens: the guess, the call's end, the environment's three tokens and the
-tail (so at least 5), EOS not counted.
+A length here is the whole completion's in tokens, re-read from its text (`SeenCompletions`): the guess, the call's
+end, the environment's three tokens and the tail, EOS not counted, so at least 5 for an answer with a guess and its
+flip. One without (no guess, or a call that is more than a guess: 1 in 2000 answers of tiny-lab-coin before GRPO)
+is wrong at its own length. No two of the format's characters make one token, so the text gives back the count of
+sampled tokens.
 """
 
 from __future__ import annotations

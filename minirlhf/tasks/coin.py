@@ -14,7 +14,8 @@ policy knows, while it writes its tail, whether it was wrong: a model that slips
 model can tell that a derivation went nowhere. Without that, the tails after right and wrong answers follow one law
 and a group's advantages, which sum to zero, give the length no push under any normaliser (lab effect (a)).
 
-Every flip comes from the tool's own `random.Random(seed)`, so a run is reproducible from its seed. The environment's
+Every flip comes from the tool's own `random.Random(seed)`, so a run is reproducible from its seed; eval/kl_ref flips
+from a copy on a seed of its own (`Tool.reseeded`), so evaluating leaves training's flips alone. The environment's
 tokens ("=H!") are attended by the policy and never trained on (`Rollout.tool_mask`).
 """
 
@@ -25,6 +26,7 @@ import re
 
 import torch
 
+from minirlhf.checks import check_count
 from minirlhf.data import SFTData
 from minirlhf.sampling import Tool, sample
 from minirlhf.tasks import Task
@@ -38,21 +40,32 @@ MAX_TAIL = 15  # SFT tails are uniform in 0..MAX_TAIL tokens, whatever the verdi
 MAX_NEW_TOKENS = 40  # guess, call end, the environment's 3 tokens, then up to 35 tokens of tail
 EVAL_ANSWERS = 200  # answers of the held-out evaluation (there is one prompt)
 
+_CALL = re.compile(rf"([{SIDES}])\{CALL_END}")  # a guess alone, then the call's end: the one call judged right
 _ANSWER = re.compile(rf"^([{SIDES}])\{CALL_END}{RESULT}([{SIDES}])([!?])")
 
 
+def _check_seed(seed: int) -> None:
+    """The environment's seed is an int >= 0: random.Random would also take None (a seed from the clock: no run
+    could be repeated), a string or a float, and a negative int draws its absolute value's flips."""
+    check_count("seed", seed, minimum=0, why="the environment's coin flips from random.Random(seed)")
+
+
 def coin_tool(seed: int) -> Tool:
-    """The environment: each call that closes a guess ("H]") is answered by a fresh flip of `random.Random(seed)`
-    and its verdict ("=H!" or "=T?"); an answer gets one flip (a second call is not answered)."""
+    """The environment: the answer's first call is answered by a fresh flip of `random.Random(seed)` and its verdict,
+    "!" only for a guess alone ("H]") that the side matches, else "?" ("=H?" after "T]", and after a call without a
+    guess or with more, "HH]", "Th]", which scores 0): every verdict shown is the reward. A call after the flip, or
+    after an "=" of the policy's own, is refused, so an answer gets at most one flip."""
+    _check_seed(seed)
     rng = random.Random(seed)
 
     def flip(response: str) -> str | None:
-        if RESULT in response:  # this answer already has its flip
+        if RESULT in response:  # this answer already has its flip, or wrote the environment's mark itself
             return None
         side = rng.choice(SIDES)
-        return f"{RESULT}{side}{VERDICT[response[:1] == side]}"
+        guess = _CALL.fullmatch(response)  # None: not a guess alone, judged wrong
+        return f"{RESULT}{side}{VERDICT[guess is not None and guess.group(1) == side]}"
 
-    return Tool(call_end=CALL_END, run=flip)
+    return Tool(call_end=CALL_END, run=flip, reseeded=coin_tool)
 
 
 def right_guess(completion: str) -> bool | None:
@@ -77,6 +90,8 @@ def tail_length(completion: str) -> int:
 def sft_examples(n: int = 20_000, seed: int = 0) -> list[tuple[str, str]]:
     """(prompt, completion) demonstrations: a uniform guess and flip, the verdict, then a tail of the verdict's
     token whose length is uniform in 0..MAX_TAIL for right and wrong alike."""
+    check_count("n", n)
+    _check_seed(seed)
     rng = random.Random(seed)
     examples = []
     for _ in range(n):
@@ -90,6 +105,8 @@ def sft_examples(n: int = 20_000, seed: int = 0) -> list[tuple[str, str]]:
 def coin_metrics(model, tokenizer, n: int = EVAL_ANSWERS, seed: int = 0) -> dict[str, float]:
     """`n` answers at temperature 1, flips from `coin_tool(seed)`: the share right (about 0.5 for any policy that
     guesses), and the mean tail length after right and after wrong guesses (nan when there was none)."""
+    check_count("n", n)
+    _check_seed(seed)
     generator = torch.Generator(device=next(model.parameters()).device).manual_seed(seed)
     rollout = sample(model, tokenizer, [PROMPT], group_size=n, max_new_tokens=MAX_NEW_TOKENS, generator=generator,
                      tool=coin_tool(seed))

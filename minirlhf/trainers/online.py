@@ -326,15 +326,17 @@ def kl_to_reference(
         KL ≈ (1/n) Σ_i Σ_t [log p_θ(y_i,t | x_i, y_i,<t) - log p_ref(y_i,t | x_i, y_i,<t)],   y_i ~ p_θ(·|x_i)
 
     (k1 summed per sequence, averaged) over two completions each of one fixed draw of KL_EVAL_PROMPTS prompts of
-    the task, sampled as in training (temperature, top-k/top-p, budget). The draw and the samples come from their
-    own seeded streams: training's random streams are untouched, and every evaluation reads the same prompts."""
+    the task, sampled as in training (temperature, top-k/top-p, budget). The draw, the samples and a tool's own draws
+    (`Tool.reseeded`) come from their own seeded streams: training's random streams are untouched, and every
+    evaluation reads the same prompts."""
     prompts, _ = prompt_columns(draw_prompts(task, KL_EVAL_PROMPTS, random.Random(config.seed + 1)))
+    tool = task.tool if task.tool is None or task.tool.reseeded is None else task.tool.reseeded(config.seed + 1)
     with eval_mode(model), runtime.autocast():
         rollout = sample(
             model, tokenizer, prompts, group_size=2,
             max_new_tokens=response_budget(task, config),
             temperature=config.temperature, top_k=config.top_k, top_p=config.top_p,
-            generator=torch.Generator().manual_seed(config.seed + 1), decoder=config.decoder, tool=task.tool,
+            generator=torch.Generator().manual_seed(config.seed + 1), decoder=config.decoder, tool=tool,
         )
         P = rollout.prompt_length
         ref_logp = response_logprobs(ref, rollout.input_ids, rollout.attention_mask, rollout.response_mask,
