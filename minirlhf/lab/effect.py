@@ -34,14 +34,15 @@ class Effect:
     holds_across: Callable[[list[dict]], bool] = lambda seeds: True
 
 
-def grpo_run(settings: dict, seed: int, reward=None, **fields):
-    """One GRPO run on the lab task (settings["task"]) from settings["model"] with settings["grpo"] and `fields`;
-    `reward` replaces the task's verifier. Returns (history, the completions it saw, model, tokenizer)."""
+def grpo_run(settings: dict, seed: int, reward=None, task=None, **fields):
+    """One GRPO run on `task` (None: the lab task with the knobs settings["task"]) from settings["model"] with
+    settings["grpo"] and `fields`; `reward` replaces the task's verifier. Returns (history, the completions it saw,
+    model, tokenizer)."""
     from minirlhf.models import load_tokenizer
     from minirlhf.tasks import lab
     from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 
-    task = lab.task(lab.LabConfig(**settings["task"]))
+    task = task or lab.task(lab.LabConfig(**settings["task"]))
     seen = SeenCompletions(reward or task.reward_fn, load_tokenizer(settings["model"]))
     config = GRPOConfig(model=settings["model"], seed=seed, **RUN, **settings["grpo"], **fields)
     model, tokenizer, history = train_grpo(dataclasses.replace(task, reward_fn=seen), config)

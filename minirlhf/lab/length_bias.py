@@ -28,10 +28,8 @@ sampled tokens.
 
 from __future__ import annotations
 
-import dataclasses
-
-from minirlhf.lab.effect import RUN, Effect, differences
-from minirlhf.lab.observe import SeenCompletions, column, plot_curves, tail_mean
+from minirlhf.lab.effect import Effect, differences, grpo_run
+from minirlhf.lab.observe import column, plot_curves, tail_mean
 
 
 def settings(quick: bool) -> dict:
@@ -41,23 +39,12 @@ def settings(quick: bool) -> dict:
             "arms": {"seq-mean": {"aggregation": "seq-mean"}, "constant": {"aggregation": "constant"}}}
 
 
-def coin_run(settings: dict, seed: int, **fields):
-    """One GRPO run on the coin task (the environment flipping from `seed`); returns (history, what it saw)."""
-    from minirlhf.models import load_tokenizer
-    from minirlhf.tasks import coin
-    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
-
-    task = coin.task(seed)
-    seen = SeenCompletions(task.reward_fn, load_tokenizer(settings["model"]))
-    config = GRPOConfig(model=settings["model"], seed=seed, **RUN, **settings["grpo"], **fields)
-    _, _, history = train_grpo(dataclasses.replace(task, reward_fn=seen), config)
-    return history, seen
-
-
 def run_seed(seed: int, settings: dict) -> dict:
+    from minirlhf.tasks import coin
+
     arms = {}
     for arm, fields in settings["arms"].items():
-        history, seen = coin_run(settings, seed, **fields)
+        history, seen, _, _ = grpo_run(settings, seed, task=coin.task(seed), **fields)  # flips from the seed
         wrong, right = seen.mean_length(right=False), seen.mean_length(right=True)
         arms[arm] = {"wrong_length": wrong, "right_length": right, "reward": column(history, "reward"),
                      "final_wrong_length": tail_mean(wrong), "final_right_length": tail_mean(right),

@@ -121,10 +121,10 @@ def coin_metrics(model, tokenizer, n: int = EVAL_ANSWERS, seed: int = 0) -> dict
 def task(seed: int = 0) -> Task:
     """The coin task: one prompt, the coin as the reward, the environment flipping from `seed`."""
     return Task(name="coin", train_prompts=lambda n, rng: [PROMPT] * n, reward_fn=coin_reward,
-                evaluate=lambda model, tokenizer: coin_metrics(model, tokenizer), max_new_tokens=MAX_NEW_TOKENS,
+                evaluate=coin_metrics, max_new_tokens=MAX_NEW_TOKENS,
                 tool=coin_tool(seed))
 
 
 def sft_data() -> SFTData:
     """The coin model's SFT demonstrations, evaluated by `coin_metrics`."""
-    return SFTData(sft_examples(), evaluate=lambda model, tokenizer: coin_metrics(model, tokenizer))
+    return SFTData(sft_examples(), evaluate=coin_metrics)
