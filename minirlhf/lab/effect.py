@@ -34,16 +34,16 @@ class Effect:
     holds_across: Callable[[list[dict]], bool] = lambda seeds: True
 
 
-def grpo_run(settings: dict, seed: int, reward=None, task=None, **fields):
+def grpo_run(settings: dict, seed: int, reward=None, task=None, observer: Callable = SeenCompletions, **fields):
     """One GRPO run on `task` (None: the lab task with the knobs settings["task"]) from settings["model"] with
-    settings["grpo"] and `fields`; `reward` replaces the task's verifier. Returns (history, the completions it saw,
-    model, tokenizer)."""
+    settings["grpo"] and `fields`; `reward` replaces the task's verifier. The reward the trainer calls is
+    observer(reward, tokenizer), which sees every completion. Returns (history, that observer, model, tokenizer)."""
     from minirlhf.models import load_tokenizer
     from minirlhf.tasks import lab
     from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 
     task = task or lab.task(lab.LabConfig(**settings["task"]))
-    seen = SeenCompletions(reward or task.reward_fn, load_tokenizer(settings["model"]))
+    seen = observer(reward or task.reward_fn, load_tokenizer(settings["model"]))
     config = GRPOConfig(model=settings["model"], seed=seed, **RUN, **settings["grpo"], **fields)
     model, tokenizer, history = train_grpo(dataclasses.replace(task, reward_fn=seen), config)
     return history, seen, model, tokenizer

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import statistics
 
-from minirlhf.lab.effect import RUN, Effect
+from minirlhf.lab.effect import Effect, grpo_run
 from minirlhf.lab.observe import plot_curves, tail_mean
 
 ARMS = ("none", "mask", "soft")
@@ -80,27 +80,15 @@ def settings(quick: bool) -> dict:
             "arms": {"none": {}, "mask": {"mask_truncated_completions": True}, "soft": {"overlong_cache": 4}}}
 
 
-def train_arm(settings: dict, seed: int, **fields):
-    """One GRPO run on the chain task under the cap; returns (what its verifier saw, the trained model, tokenizer)."""
-    import dataclasses
-
-    from minirlhf.models import load_tokenizer
-    from minirlhf.tasks import lab_chain
-    from minirlhf.trainers.grpo import GRPOConfig, train_grpo
-
-    task = lab_chain.task(settings["cap"], settings["long_share"])
-    seen = FinishedOnly(task.reward_fn, load_tokenizer(settings["model"]), settings["cap"])
-    config = GRPOConfig(model=settings["model"], seed=seed, **RUN, **settings["grpo"], **fields)
-    model, tokenizer, _ = train_grpo(dataclasses.replace(task, reward_fn=seen), config)
-    return seen, model, tokenizer
-
-
 def run_seed(seed: int, settings: dict) -> dict:
     from minirlhf.tasks import lab_chain
 
+    cap = settings["cap"]
     arms = {}
     for arm, fields in settings["arms"].items():
-        seen, model, tokenizer = train_arm(settings, seed, **fields)
+        _, seen, model, tokenizer = grpo_run(settings, seed, task=lab_chain.task(cap, settings["long_share"]),
+                                             observer=lambda reward, tokenizer: FinishedOnly(reward, tokenizer, cap),
+                                             **fields)
         held_out = lab_chain.chain_metrics(model, tokenizer, samples=settings["eval_samples"], seed=seed)
         curves = seen.per_step()
         arms[arm] = curves | {"start_truncated": curves["truncated"][0],
