@@ -25,6 +25,7 @@ MAX_NEW_TOKENS`), many answers sampled per problem.
 
 from __future__ import annotations
 
+import functools
 import statistics
 
 from minirlhf.lab.effect import Effect, grpo_run
@@ -83,12 +84,11 @@ def settings(quick: bool) -> dict:
 def run_seed(seed: int, settings: dict) -> dict:
     from minirlhf.tasks import lab_chain
 
-    cap = settings["cap"]
+    task = lab_chain.task(settings["cap"], settings["long_share"])  # every arm: the same task and verifier
+    observer = functools.partial(FinishedOnly, cap=settings["cap"])
     arms = {}
     for arm, fields in settings["arms"].items():
-        _, seen, model, tokenizer = grpo_run(settings, seed, task=lab_chain.task(cap, settings["long_share"]),
-                                             observer=lambda reward, tokenizer: FinishedOnly(reward, tokenizer, cap),
-                                             **fields)
+        _, seen, model, tokenizer = grpo_run(settings, seed, task=task, observer=observer, **fields)
         held_out = lab_chain.chain_metrics(model, tokenizer, samples=settings["eval_samples"], seed=seed)
         curves = seen.per_step()
         arms[arm] = curves | {"start_truncated": curves["truncated"][0],
