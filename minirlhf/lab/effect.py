@@ -36,8 +36,10 @@ class Effect:
 
 def grpo_run(settings: dict, seed: int, reward=None, task=None, observer: Callable = SeenCompletions, **fields):
     """One GRPO run on `task` (None: the lab task with the knobs settings["task"]) from settings["model"] with
-    settings["grpo"] and `fields`; `reward` replaces the task's verifier. The reward the trainer calls is
-    observer(reward, tokenizer), which sees every completion. Returns (history, that observer, model, tokenizer)."""
+    settings["grpo"] and `fields`; `reward` replaces the task's verifier. The trainer calls the reward through a fresh
+    observer(reward or the task's verifier, tokenizer), which sees every completion; `task` itself is not copied, so a
+    task whose reward or tool keeps state (a seeded rng) is made anew for each run. Returns (history, the observer,
+    model, tokenizer)."""
     from minirlhf.models import load_tokenizer
     from minirlhf.tasks import lab
     from minirlhf.trainers.grpo import GRPOConfig, train_grpo
