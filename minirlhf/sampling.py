@@ -25,6 +25,7 @@ The appended tokens are context, not actions: attended (`attention_mask` 1) but 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,12 +69,21 @@ class Tool:
     """An environment the policy may call in the middle of its answer. Sampling `call_end` (one token) closes a call:
     `run` reads the row's response so far (tool results included) and returns the text to append, or None for
     nothing (a call it refuses). A tool with randomness of its own (a coin it flips) gives `reseeded`, so that an
-    evaluation can sample on a stream of its own and leave training's draws untouched."""
+    evaluation can sample on a stream of its own and leave training's draws untouched, and its stream as `rng`, so
+    that a run's checkpoints keep the stream's state and a resume continues its draws instead of replaying them."""
 
     call_end: str  # the one token that closes a call
     run: Callable[[str], str | None]  # response so far -> the environment's text
     # seed -> the same environment drawing from that seed; None = `run` is a function of the response alone
     reseeded: Callable[[int], Tool] | None = None
+    rng: random.Random | None = None  # the stream `run` draws from, if any: kept in a run's checkpoints
+
+    def __post_init__(self) -> None:
+        # refused here, not at the first checkpoint: a run keeps a stream by its getstate (SystemRandom has none)
+        if self.rng is not None and not (isinstance(self.rng, random.Random)
+                                         and not isinstance(self.rng, random.SystemRandom)):
+            raise TypeError(f"Tool.rng must be a random.Random (the stream a run's checkpoints keep), got "
+                            f"{type(self.rng).__name__}: draw the tool's randomness from a random.Random")
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

@@ -148,3 +148,35 @@ def test_the_evaluation_repeats_from_its_seed_and_reads_its_own_answers():
     for name, right in (("right", True), ("wrong", False)):
         tails = [coin.tail_length(c) for c, v in zip(rollout.completions, verdicts, strict=True) if v is right]
         assert metrics[f"tail/{name}"] == pytest.approx(sum(tails) / len(tails))
+
+
+def test_a_resumed_coin_run_continues_the_environments_flips_bit_identically(tmp_path):
+    # the flips come from the tool's own stream: a resume that restarted it would replay the first steps' coins
+    from _checkpoints import Interrupt, stop_after
+
+    def run(callbacks=(), **fields):
+        config = GRPOConfig(model="tiny-lab-coin", seed=0, steps=4, prompts_per_step=1, group_size=4, save_every=2,
+                            eval_every=0, eval_kl=False, progress=False, device="cpu", **fields)
+        return train_grpo(coin.task(0), config, callbacks=callbacks)[2]  # a fresh environment, as a new process has
+
+    expected = run(out_dir=str(tmp_path / "full"))
+    with pytest.raises(Interrupt):
+        run([stop_after(2)], out_dir=str(tmp_path / "resumed"))
+    assert run(resume=str(tmp_path / "resumed")) == expected
+
+
+@pytest.mark.parametrize("stream", [random.SystemRandom(0), torch.Generator(), 0, "seed", object()])
+def test_a_tool_stream_a_checkpoint_cannot_keep_is_refused_when_the_tool_is_made(stream):
+    from minirlhf.sampling import Tool
+
+    with pytest.raises(TypeError, match=rf"Tool\.rng must be a random\.Random .*got {type(stream).__name__}"):
+        Tool(call_end="]", run=lambda response: None, rng=stream)
+
+
+def test_a_tool_stream_of_a_random_subclass_is_kept():
+    from minirlhf.sampling import Tool
+
+    class Seeded(random.Random):
+        pass
+
+    assert Tool(call_end="]", run=lambda response: None, rng=Seeded(3)).rng.random() == random.Random(3).random()

@@ -14,8 +14,9 @@ policy knows, while it writes its tail, whether it was wrong: a model that slips
 model can tell that a derivation went nowhere. Without that, the tails after right and wrong answers follow one law
 and a group's advantages, which sum to zero, give the length no push under any normaliser (lab effect (a)).
 
-Every flip comes from the tool's own `random.Random(seed)`, so a run is reproducible from its seed; eval/kl_ref flips
-from a copy on a seed of its own (`Tool.reseeded`), so evaluating leaves training's flips alone. The environment's
+Every flip comes from the tool's own `random.Random(seed)`, so a run is reproducible from its seed, and a resume
+continues the flips where the checkpoint left them (`Tool.rng`); eval/kl_ref flips from a copy on a seed of its own
+(`Tool.reseeded`), so evaluating leaves training's flips alone. The environment's
 tokens ("=H!") are attended by the policy and never trained on (`Rollout.tool_mask`).
 """
 
@@ -65,7 +66,7 @@ def coin_tool(seed: int) -> Tool:
         guess = _CALL.fullmatch(response)  # None: not a guess alone, judged wrong
         return f"{RESULT}{side}{VERDICT[guess is not None and guess.group(1) == side]}"
 
-    return Tool(call_end=CALL_END, run=flip, reseeded=coin_tool)
+    return Tool(call_end=CALL_END, run=flip, reseeded=coin_tool, rng=rng)
 
 
 def right_guess(completion: str) -> bool | None:

@@ -212,7 +212,10 @@ class OnlineRun(Run):
             return held_out_metrics(self.task.evaluate, model, tokenizer) | kl
 
         frozen = {**task.models, **({"reference model": ref} if ref is not None else {})}
-        super().__init__(config, runtime, optimizer, params, {"prompts": rng, "sampling": generator},
+        # every stream the loop draws from, a tool's own (the coin's flips) among them, is kept in the checkpoints
+        streams = {"prompts": rng, "sampling": generator} | ({"tool": task.tool.rng} if task.tool and task.tool.rng
+                                                             else {})
+        super().__init__(config, runtime, optimizer, params, streams,
                          evaluate if task.evaluate or eval_ref is not None else None, callbacks, frozen, **modules)
         self.beta = self.loop_state.get("beta", config.beta)  # β_t: the KL coefficient of this step
         # sampler_lag = L: μ samples from `sampler`; `past_weights`: θ at the start of the steps after its weights,
