@@ -252,10 +252,10 @@ def test_members_learn_from_the_same_pairs_a_resample_or_a_fresh_draw_each(membe
     drawn = {}
     for kind in overoptimisation.MEMBER_PAIRS:
         settings["ensemble"]["pairs"] = kind
-        drawn[kind] = overoptimisation.member_pairs(settings, 7)
+        drawn[kind] = overoptimisation.member_pairs(settings, 7, first)
         assert len(drawn[kind]) == members and drawn[kind][0] == first  # member 0 is the weak proxy itself
         assert all(len(pairs) == spec["pairs"] for pairs in drawn[kind])  # each member's budget is one member's
-        assert drawn[kind] == overoptimisation.member_pairs(settings, 7)  # the same seed draws the same pairs
+        assert drawn[kind] == overoptimisation.member_pairs(settings, 7, first)  # the same seed draws the same pairs
     assert all(pairs == first for pairs in drawn["same"])
     for k, pairs in enumerate(drawn["bootstrap"][1:], start=1):
         assert pairs == overoptimisation.bootstrap(first, overoptimisation.member_seed(k, 7)) != first
@@ -288,7 +288,8 @@ def test_the_pooled_arm_learns_from_every_members_pairs_for_as_many_steps_as_the
     arms = overoptimisation.run_seed(5, settings, tuple(ensembles.ARMS))
     assert list(arms) == ["weak", "ensemble", "pooled"]
     calls = [(seed, [_key(p) for p in pairs], config["reward_model"]["steps"]) for pairs, seed, config in trained]
-    members = [[_key(p) for p in pairs] for pairs in overoptimisation.member_pairs(settings, 5)]
+    first = overoptimisation.proxy_pairs(settings["proxies"]["weak"], 5)  # seed 5's weak proxy keeps its first draw
+    members = [[_key(p) for p in pairs] for pairs in overoptimisation.member_pairs(settings, 5, first)]
     assert [(seed, pairs) for seed, pairs, _ in calls[:4]] == list(zip([5, 2005, 3005, 4005], members, strict=True))
     pooled_seed, pooled_pairs, pooled_steps = calls[4]
     assert pooled_pairs == [pair for member in members for pair in member] and pooled_steps == 4 * 60

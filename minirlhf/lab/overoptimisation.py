@@ -100,13 +100,12 @@ def proxy_draw(spec: dict, seed: int, settings: dict) -> tuple[list, object, flo
     return pairs, model, accuracy, [draw[2] for draw in drawn]
 
 
-def member_pairs(settings: dict, seed: int, first: list | None = None) -> list[list]:
-    """The pairs each ensemble member learns from: the first is the proxy `of` itself (`first`, its pairs: by
-    default its first draw on `seed`); member k ≥ 1, drawn on seed 1000·(k + 1) + seed, learns from what
-    ensemble.pairs names (MEMBER_PAIRS)."""
+def member_pairs(settings: dict, seed: int, first: list) -> list[list]:
+    """The pairs each ensemble member learns from: the first is the proxy `of` itself (`first`, the pairs of the draw
+    it kept, `proxy_draw`); member k ≥ 1, drawn on seed 1000·(k + 1) + seed, learns from what ensemble.pairs names
+    (MEMBER_PAIRS)."""
     ensemble = settings["ensemble"]
     spec = settings["proxies"][ensemble["of"]]
-    first = proxy_pairs(spec, seed) if first is None else first
     draw = {"same": lambda k: first,
             "bootstrap": lambda k: bootstrap(first, member_seed(k, seed)),
             "fresh": lambda k: proxy_pairs(spec, member_seed(k, seed))}[ensemble["pairs"]]
