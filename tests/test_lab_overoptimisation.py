@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import shutil
 
+import hypothesis
 import pytest
 import torch
+from hypothesis import strategies as st
 
 from minirlhf.lab import ensembles, overoptimisation
 from minirlhf.lab.overoptimisation import NEEDS, check_settings, holds, turn
@@ -435,3 +437,25 @@ def test_the_ensemble_members_learn_beside_the_weak_proxys_final_draw(monkeypatc
     assert calls[1] == redrawn and all(member == redrawn for member in calls[2:])  # "same": the kept draw's pairs
     assert arms["weak"]["rm_draws"] == [0.5, 0.6] and arms["weak"]["rm_accuracy"] == 0.6
     assert settings_of("6", quick=False)["proxies"]["weak"]["min_accuracy"] == 0.0  # (6)'s record: the first draw
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(st.integers(1, 6).flatmap(lambda seeds: st.integers(2, 9).flatmap(lambda points: st.lists(
+    st.lists(st.floats(-1, 1), min_size=points, max_size=points), min_size=seeds, max_size=seeds))))
+def test_the_turn_across_seeds_is_read_at_the_mean_curves_peak(curves):
+    steps = [10 * t for t in range(len(curves[0]))]
+    turn = overoptimisation.mean_turn(curves, steps)
+    mean = [sum(c[t] for c in curves) / len(curves) for t in range(len(steps))]
+    peak = steps.index(turn["peak_step"])
+    assert turn["gold"] == [round(g, 3) for g in mean] and mean[peak] == pytest.approx(max(mean))
+    # the mean curve never lies above its peak: it rises to it and falls from it, on average over the seeds
+    assert turn["rise"] == pytest.approx(mean[peak] - mean[0]) and turn["rise"] >= -1e-12
+    assert turn["fall"] == pytest.approx(mean[peak] - mean[-1]) and turn["fall"] >= -1e-12
+    assert (turn["fall_stderr"] is None) == (len(curves) == 1) == (turn["rise_stderr"] is None)
+
+
+def test_a_turn_in_half_the_seeds_is_a_smaller_turn_across_them():
+    turned, flat = [0.1, 0.8, 0.2], [0.1, 0.5, 0.5]
+    both = overoptimisation.mean_turn([turned, flat], [0, 10, 20])
+    assert both["peak_step"] == 10 and both["fall"] == pytest.approx(0.3)  # (0.6 + 0.0) / 2
+    assert both["fall_stderr"] == pytest.approx(0.3)  # stdev(0.6, 0.0) / √2

@@ -382,7 +382,25 @@ def across(seeds: list[dict]) -> dict:
             "rise_in_stderrs": [_in_stderrs(s["arms"]["weak"], "rise") for s in seeds],
             "peak_step": {arm: [s["arms"][arm]["peak_step"] for s in seeds] for arm in seeds[0]["arms"]},
             "final_gold": {arm: [round(s["arms"][arm]["final_gold"], 3) for s in seeds] for arm in seeds[0]["arms"]},
-            "rm_accuracy": {arm: [s["arms"][arm]["rm_accuracy"] for s in seeds] for arm in ("weak", "strong")}}
+            "rm_accuracy": {arm: [s["arms"][arm]["rm_accuracy"] for s in seeds] for arm in ("weak", "strong")},
+            "mean_curve": {arm: mean_turn([s["arms"][arm]["gold"] for s in seeds], seeds[0]["arms"][arm]["steps"])
+                           for arm in seeds[0]["arms"]}}
+
+
+def mean_turn(curves: list[list[float]], steps: list[int]) -> dict:
+    """The turn read across seeds rather than per seed: the mean gold curve over the seeds (evaluated at `steps`),
+    its peak, and each seed's rise to that peak and fall from it to the last evaluation, as a mean with its standard
+    error over the seeds (None for one seed). The peak is the mean curve's highest point, chosen after the fact,
+    which favours a fall."""
+    mean = [statistics.fmean(values) for values in zip(*curves, strict=True)]
+    peak = max(range(len(mean)), key=mean.__getitem__)
+    rises, falls = ([c[peak] - c[0] for c in curves], [c[peak] - c[-1] for c in curves])
+
+    def stderr(values: list[float]) -> float | None:
+        return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+
+    return {"gold": [round(g, 3) for g in mean], "peak_step": steps[peak], "rise": statistics.fmean(rises),
+            "rise_stderr": stderr(rises), "fall": statistics.fmean(falls), "fall_stderr": stderr(falls)}
 
 
 def _in_stderrs(figures: dict, change: str) -> float | None:
