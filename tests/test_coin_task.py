@@ -150,19 +150,42 @@ def test_the_evaluation_repeats_from_its_seed_and_reads_its_own_answers():
         assert metrics[f"tail/{name}"] == pytest.approx(sum(tails) / len(tails))
 
 
-def test_a_resumed_coin_run_continues_the_environments_flips_bit_identically(tmp_path):
+@pytest.mark.parametrize("save_every, stop", [(2, 2), (1, 1), (1, 3)])  # stop: the history's step it is killed at
+def test_a_resumed_coin_run_continues_the_environments_flips_bit_identically(save_every, stop, tmp_path):
     # the flips come from the tool's own stream: a resume that restarted it would replay the first steps' coins
     from _checkpoints import Interrupt, stop_after
 
     def run(callbacks=(), **fields):
-        config = GRPOConfig(model="tiny-lab-coin", seed=0, steps=4, prompts_per_step=1, group_size=4, save_every=2,
-                            eval_every=0, eval_kl=False, progress=False, device="cpu", **fields)
-        return train_grpo(coin.task(0), config, callbacks=callbacks)[2]  # a fresh environment, as a new process has
+        config = GRPOConfig(model="tiny-lab-coin", seed=0, steps=4, prompts_per_step=1, group_size=4,
+                            save_every=save_every, eval_every=0, eval_kl=False, progress=False, device="cpu", **fields)
+        model, _, history = train_grpo(coin.task(0), config, callbacks=callbacks)  # a fresh environment, as a new
+        return history, model.state_dict()                                           # process would make
 
-    expected = run(out_dir=str(tmp_path / "full"))
+    expected, weights = run(out_dir=str(tmp_path / "full"))
     with pytest.raises(Interrupt):
-        run([stop_after(2)], out_dir=str(tmp_path / "resumed"))
-    assert run(resume=str(tmp_path / "resumed")) == expected
+        run([stop_after(stop)], out_dir=str(tmp_path / "resumed"))
+    history, resumed = run(resume=str(tmp_path / "resumed"))
+    assert history == expected and all(torch.equal(resumed[k], weights[k]) for k in weights)
+
+
+@pytest.mark.parametrize("saved_with, resumed_with", [("stream", "none"), ("none", "stream")])
+def test_a_resume_whose_tool_gained_or_lost_its_stream_is_refused_before_a_step(saved_with, resumed_with, tmp_path):
+    from _checkpoints import Interrupt, stop_after
+
+    def task(kind):  # "none": the same coin tool, its stream not declared (as before tools declared one)
+        made = coin.task(0)
+        return made if kind == "stream" else dataclasses.replace(made, tool=dataclasses.replace(made.tool, rng=None))
+
+    config = dict(model="tiny-lab-coin", seed=0, steps=4, prompts_per_step=1, group_size=4, save_every=1,
+                  eval_every=0, eval_kl=False, progress=False, device="cpu")
+    with pytest.raises(Interrupt):
+        train_grpo(task(saved_with), GRPOConfig(**config, out_dir=str(tmp_path)), callbacks=[stop_after(1)])
+    steps = []
+    expected = {"none": r"keeps no state for \['tool'\], which this run draws from",
+                "stream": r"keeps \['tool'\], which this run does not draw from"}[saved_with]
+    with pytest.raises(ValueError, match=rf"step-\d+: .*trainer_state\.pt, field 'rng'.*{expected}"):
+        train_grpo(task(resumed_with), GRPOConfig(**config, resume=str(tmp_path)), callbacks=[steps.append])
+    assert steps == []  # refused before any step
 
 
 @pytest.mark.parametrize("stream", [random.SystemRandom(0), torch.Generator(), 0, "seed", object()])

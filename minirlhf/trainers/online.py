@@ -213,8 +213,8 @@ class OnlineRun(Run):
 
         frozen = {**task.models, **({"reference model": ref} if ref is not None else {})}
         # every stream the loop draws from, a tool's own (the coin's flips) among them, is kept in the checkpoints
-        streams = {"prompts": rng, "sampling": generator} | ({"tool": task.tool.rng} if task.tool and task.tool.rng
-                                                             else {})
+        tool_rng = task.tool.rng if task.tool is not None else None
+        streams = {"prompts": rng, "sampling": generator} | ({"tool": tool_rng} if tool_rng is not None else {})
         super().__init__(config, runtime, optimizer, params, streams,
                          evaluate if task.evaluate or eval_ref is not None else None, callbacks, frozen, **modules)
         self.beta = self.loop_state.get("beta", config.beta)  # β_t: the KL coefficient of this step

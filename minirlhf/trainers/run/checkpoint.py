@@ -204,6 +204,7 @@ class Checkpointer:
         _warn_about_changed_settings(path, saved_config.to_dict(), self.config.to_dict())
         check_own_files(path, state.get("files"))
         trainer_state = _read_trainer_state(path)
+        _check_same_streams(path, trainer_state["rng"], self.rngs)
         for name, module in self.modules.items():
             load_weights(module, path / f"{name}.safetensors")
         bad = nonfinite_parameters(self.modules)
@@ -222,6 +223,25 @@ class Checkpointer:
                     f"checkpoint {path} is damaged: {path / TRAINER_STATE_FILE}, field {field!r} does not fit this run "
                     f"({type(err).__name__}: {str(err)[:120]}). {_previous_intact(path)}") from None
         return state["step"], state["history"], trainer_state["loop"]
+
+
+def _check_same_streams(path: Path, saved: Any, rngs: dict[str, RandomSource]) -> None:
+    """The checkpoint keeps the random streams this run draws from, by name: a task whose tool gained a stream of its
+    own (Tool.rng) or lost it would otherwise replay its draws or drop the saved ones. A malformed field is left to
+    the damage checks of `restore`."""
+    kept = saved.get("run") if isinstance(saved, dict) else None
+    if not isinstance(kept, dict) or sorted(kept) == sorted(rngs):
+        return
+    missing, extra = sorted(set(rngs) - set(kept)), sorted(set(kept) - set(rngs))
+    why = []
+    if missing:
+        why.append(f"it keeps no state for {missing}, which this run draws from (written before a tool's own stream, "
+                   "Tool.rng, was kept, or by a run whose tool had none: its draws cannot be continued)")
+    if extra:
+        why.append(f"it keeps {extra}, which this run does not draw from (a tool without the stream it had)")
+    raise ValueError(f"checkpoint {path}: {path / TRAINER_STATE_FILE}, field 'rng', does not match this run's random "
+                     f"streams: {'; '.join(why)}. Resume with the task and tool the run started with, or start a new "
+                     "run; the checkpoint is left as it is")
 
 
 def list_checkpoints(out_dir: str | os.PathLike | None) -> list[Path]:
