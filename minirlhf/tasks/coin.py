@@ -16,8 +16,8 @@ and a group's advantages, which sum to zero, give the length no push under any n
 
 Every flip comes from the tool's own `random.Random(seed)`, so a run is reproducible from its seed, and a resume
 continues the flips where the checkpoint left them (`Tool.rng`); eval/kl_ref flips from a copy on a seed of its own
-(`Tool.reseeded`), so evaluating leaves training's flips alone. The environment's
-tokens ("=H!") are attended by the policy and never trained on (`Rollout.tool_mask`).
+(`Tool.reseeded`), so evaluating leaves training's flips alone. The environment's tokens ("=H!") are attended by the
+policy and never trained on (`Rollout.tool_mask`).
 """
 
 from __future__ import annotations
