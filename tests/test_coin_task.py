@@ -6,13 +6,17 @@ import random
 
 import pytest
 import torch
+from _checkpoints import Interrupt, stop_after
 
 from minirlhf.lab import length_bias
 from minirlhf.models import load_model, load_tokenizer
-from minirlhf.sampling import sample
+from minirlhf.sampling import Tool, sample
 from minirlhf.tasks import coin
 from minirlhf.trainers.grpo import GRPOConfig, train_grpo
 
+# a short coin run that checkpoints: what the resume tests interrupt and resume
+RESUMABLE = dict(model="tiny-lab-coin", seed=0, steps=4, prompts_per_step=1, group_size=4, eval_every=0,
+                 eval_kl=False, progress=False, device="cpu")
 FORMS = [f"{g}]={s}{m}{t * n}" for g, s, m, t, n in itertools.product("HT", "HT", "!?", ".,", (0, 1, 7))]
 
 
@@ -153,11 +157,8 @@ def test_the_evaluation_repeats_from_its_seed_and_reads_its_own_answers():
 @pytest.mark.parametrize("save_every, stop", [(2, 2), (1, 1), (1, 3)])  # stop: the history's step it is killed at
 def test_a_resumed_coin_run_continues_the_environments_flips_bit_identically(save_every, stop, tmp_path):
     # the flips come from the tool's own stream: a resume that restarted it would replay the first steps' coins
-    from _checkpoints import Interrupt, stop_after
-
     def run(callbacks=(), **fields):
-        config = GRPOConfig(model="tiny-lab-coin", seed=0, steps=4, prompts_per_step=1, group_size=4,
-                            save_every=save_every, eval_every=0, eval_kl=False, progress=False, device="cpu", **fields)
+        config = GRPOConfig(**RESUMABLE, save_every=save_every, **fields)
         model, _, history = train_grpo(coin.task(0), config, callbacks=callbacks)  # a fresh environment, as a new
         return history, model.state_dict()                                           # process would make
 
@@ -170,14 +171,11 @@ def test_a_resumed_coin_run_continues_the_environments_flips_bit_identically(sav
 
 @pytest.mark.parametrize("saved_with, resumed_with", [("stream", "none"), ("none", "stream")])
 def test_a_resume_whose_tool_gained_or_lost_its_stream_is_refused_before_a_step(saved_with, resumed_with, tmp_path):
-    from _checkpoints import Interrupt, stop_after
-
     def task(kind):  # "none": the same coin tool, its stream not declared (as before tools declared one)
         made = coin.task(0)
         return made if kind == "stream" else dataclasses.replace(made, tool=dataclasses.replace(made.tool, rng=None))
 
-    config = dict(model="tiny-lab-coin", seed=0, steps=4, prompts_per_step=1, group_size=4, save_every=1,
-                  eval_every=0, eval_kl=False, progress=False, device="cpu")
+    config = dict(RESUMABLE, save_every=1)
     with pytest.raises(Interrupt):
         train_grpo(task(saved_with), GRPOConfig(**config, out_dir=str(tmp_path)), callbacks=[stop_after(1)])
     steps = []
@@ -190,15 +188,11 @@ def test_a_resume_whose_tool_gained_or_lost_its_stream_is_refused_before_a_step(
 
 @pytest.mark.parametrize("stream", [random.SystemRandom(0), torch.Generator(), 0, "seed", object()])
 def test_a_tool_stream_a_checkpoint_cannot_keep_is_refused_when_the_tool_is_made(stream):
-    from minirlhf.sampling import Tool
-
     with pytest.raises(TypeError, match=rf"Tool\.rng must be a random\.Random .*got {type(stream).__name__}"):
         Tool(call_end="]", run=lambda response: None, rng=stream)
 
 
 def test_a_tool_stream_of_a_random_subclass_is_kept():
-    from minirlhf.sampling import Tool
-
     class Seeded(random.Random):
         pass
 

@@ -392,15 +392,18 @@ def mean_turn(curves: list[list[float]], steps: list[int]) -> dict:
     its peak, and each seed's rise to that peak and fall from it to the last evaluation, as a mean with its standard
     error over the seeds (None for one seed). The peak is the mean curve's highest point, chosen after the fact,
     which favours a fall."""
-    mean = [statistics.fmean(values) for values in zip(*curves, strict=True)]
+    by_step = [list(values) for values in zip(*curves, strict=True)]  # each evaluation: one gold per seed
+    mean = [statistics.fmean(values) for values in by_step]
     peak = max(range(len(mean)), key=mean.__getitem__)
-    rises, falls = ([c[peak] - c[0] for c in curves], [c[peak] - c[-1] for c in curves])
+    spread = len(curves) > 1  # a standard error over the seeds needs two of them
 
-    def stderr(values: list[float]) -> float | None:
-        return statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+    def change(later: int, earlier: int) -> tuple[float, float | None]:  # its mean over seeds, and standard error
+        mean_change = statistics.fmean(a - b for a, b in zip(by_step[later], by_step[earlier], strict=True))
+        return mean_change, paired_stderr(by_step[later], by_step[earlier]) if spread else None
 
-    return {"gold": [round(g, 3) for g in mean], "peak_step": steps[peak], "rise": statistics.fmean(rises),
-            "rise_stderr": stderr(rises), "fall": statistics.fmean(falls), "fall_stderr": stderr(falls)}
+    (rise, rise_stderr), (fall, fall_stderr) = change(peak, 0), change(peak, -1)
+    return {"gold": [round(g, 3) for g in mean], "peak_step": steps[peak], "rise": rise, "rise_stderr": rise_stderr,
+            "fall": fall, "fall_stderr": fall_stderr}
 
 
 def _in_stderrs(figures: dict, change: str) -> float | None:
